@@ -1,0 +1,15 @@
+/* Shared pieces of the `mtf` command line: exit codes and the subcommand entry points. */
+#ifndef MTF_CLI_CLI_H
+#define MTF_CLI_CLI_H
+
+#include <stdio.h>
+
+/* Exit codes scripts can rely on (documented in the README). */
+enum { MTF_EXIT_OK = 0, MTF_EXIT_FAILURE = 1, MTF_EXIT_USAGE = 2 };
+
+void mtf_print_version(FILE *out);
+
+int mtf_cmd_layout(int argc, char **argv);
+int mtf_cmd_commcheck(int argc, char **argv);
+
+#endif

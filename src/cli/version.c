@@ -1,0 +1,41 @@
+#include <cblas.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "cli/cli.h"
+#ifdef MTF_HAVE_CUDA
+#include "exec/cuda/cuda_info.h"
+#endif
+
+void mtf_print_version(FILE *out) {
+  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(mpi_version, &len);
+  char *newline = strchr(mpi_version, '\n');
+  if (newline) *newline = '\0';
+  char *comma = strchr(mpi_version, ',');
+  if (comma) *comma = '\0';
+  unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_release);
+
+  fprintf(out, "mtf %s\n", MTF_VERSION);
+  fprintf(out, "  MPI:      %s\n", mpi_version);
+  fprintf(out, "  HDF5:     %u.%u.%u (%s)\n", h5_major, h5_minor, h5_release,
+#ifdef H5_HAVE_PARALLEL
+          "parallel"
+#else
+          "serial"
+#endif
+  );
+  fprintf(out, "  BLAS:     %s\n", openblas_get_config());
+  fprintf(out, "  libyaml:  %s\n", yaml_get_version_string());
+#ifdef MTF_HAVE_CUDA
+  char cuda[512];
+  mtf_cuda_describe(cuda, sizeof cuda);
+  fprintf(out, "  CUDA:     built for sm_%s; %s\n", MTF_CUDA_ARCHITECTURES, cuda);
+#else
+  fprintf(out, "  CUDA:     not built (no nvcc at configure time, or MTF_ENABLE_CUDA=OFF)\n");
+#endif
+}

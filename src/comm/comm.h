@@ -1,0 +1,114 @@
+/* Collectives over groups of mesh axes: what lowering calls to move tensor slices between ranks.
+ *
+ * An mtf_comm knows the mesh and this rank's coordinate. Every collective takes a set of mesh axes
+ * (mtf_axis_set); it runs within this rank's group for that set (the ranks that differ only along those
+ * axes), with members ordered row-major over the set's axes, which is also the order in which slices of
+ * a split tensor dimension lie. Every rank of a group must make the same calls in the same order.
+ *
+ * Tensors are contiguous row-major buffers described by (rank, dims). The tensor-aware collectives
+ * (allgather, reduce_scatter, alltoall) are written once here on top of block primitives that each
+ * communicator backend supplies through mtf_comm_ops (MPI now; NCCL later). */
+#ifndef MTF_COMM_COMM_H
+#define MTF_COMM_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/dtype.h"
+#include "core/error.h"
+#include "core/mesh.h"
+
+typedef struct mtf_comm mtf_comm;
+
+typedef enum mtf_collective_kind {
+  MTF_COLL_ALLREDUCE,
+  MTF_COLL_ALLGATHER,
+  MTF_COLL_REDUCE_SCATTER,
+  MTF_COLL_ALLTOALL,
+  MTF_COLL_PERMUTE,
+  MTF_COLL_BROADCAST,
+  MTF_COLL_KINDS
+} mtf_collective_kind;
+
+const char *mtf_collective_name(mtf_collective_kind kind);
+
+/* Block primitives of a backend. `axes` selects the group; positions are member indices in the group.
+ * Buffers hold `parts` equal blocks in member order where a *_blocks name says so. */
+typedef struct mtf_comm_ops {
+  const char *name;
+  int (*allreduce)(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                   mtf_reduce_op op, mtf_error *err);
+  int (*allgather_blocks)(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out_blocks, size_t block_bytes,
+                          mtf_error *err);
+  int (*reduce_scatter_blocks)(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out,
+                               size_t block_count, mtf_dtype dtype, mtf_reduce_op op, mtf_error *err);
+  int (*alltoall_blocks)(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out_blocks,
+                         size_t block_bytes, mtf_error *err);
+  /* Sends `send` to position dest and receives `recv` from position src along one mesh axis; -1 = none. */
+  int (*sendrecv)(mtf_comm *comm, int mesh_axis, const void *send, int dest, void *recv, int src, size_t bytes,
+                  mtf_error *err);
+  int (*broadcast)(mtf_comm *comm, mtf_axis_set axes, void *buf, size_t bytes, int root, mtf_error *err);
+  int (*barrier)(mtf_comm *comm, mtf_error *err);
+  void (*destroy)(mtf_comm *comm);
+} mtf_comm_ops;
+
+typedef struct mtf_comm_stats {
+  int64_t calls[MTF_COLL_KINDS];
+  int64_t bytes_sent[MTF_COLL_KINDS]; /* by this rank, counting what a ring/pairwise algorithm sends */
+} mtf_comm_stats;
+
+struct mtf_comm {
+  const mtf_comm_ops *ops;
+  mtf_shape mesh;
+  int rank; /* row-major rank in the mesh */
+  int size;
+  int coord[MTF_MAX_MESH_AXES];
+  mtf_comm_stats stats;
+  void *impl;
+};
+
+/* Fills the parts of an mtf_comm every backend shares. */
+void mtf_comm_init_base(mtf_comm *comm, const mtf_comm_ops *ops, const mtf_shape *mesh, int rank, void *impl);
+
+int mtf_comm_group_size(const mtf_comm *comm, mtf_axis_set axes);
+int mtf_comm_group_position(const mtf_comm *comm, mtf_axis_set axes);
+
+/* out = op over the group of in (count elements); in == out is allowed. */
+int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                       mtf_reduce_op op, mtf_error *err);
+
+/* Concatenates the members' tensors (each rank x dims) along tensor axis `axis` in member order;
+ * out has dims[axis] * group_size there. */
+int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype, int rank,
+                       const int64_t *dims, int axis, mtf_error *err);
+
+/* Reduces the members' tensors and leaves member p with slice p along `axis` (dims[axis] / group_size;
+ * dims[axis] must be divisible by the group size). */
+int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype,
+                            mtf_reduce_op op, int rank, const int64_t *dims, int axis, mtf_error *err);
+
+/* Splits tensor axis split_axis into group_size slices, sends slice p to member p, and concatenates what
+ * arrives along concat_axis in member order: out dims are dims with split_axis / G and concat_axis * G.
+ * split_axis == concat_axis is allowed (a transpose of slices). */
+int mtf_comm_alltoall(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype, int rank,
+                      const int64_t *dims, int split_axis, int concat_axis, mtf_error *err);
+
+/* Along one mesh axis: position j receives the buffer of position source_of[j]; -1 means zeros.
+ * Each position may be the source of at most one other. in and out must not overlap. */
+int mtf_comm_permute(mtf_comm *comm, int mesh_axis, const void *in, void *out, size_t count, mtf_dtype dtype,
+                     const int *source_of, mtf_error *err);
+
+typedef enum mtf_shift_fill { MTF_SHIFT_WRAP = 0, MTF_SHIFT_ZERO = 1 } mtf_shift_fill;
+
+/* Position j receives the buffer of position j - offset (wrapping around, or zeros past the ends). */
+int mtf_comm_shift(mtf_comm *comm, int mesh_axis, const void *in, void *out, size_t count, mtf_dtype dtype,
+                   int offset, mtf_shift_fill fill, mtf_error *err);
+
+/* Copies buf of member `root` to every member of the group. */
+int mtf_comm_broadcast(mtf_comm *comm, mtf_axis_set axes, void *buf, size_t count, mtf_dtype dtype, int root,
+                       mtf_error *err);
+
+int mtf_comm_barrier(mtf_comm *comm, mtf_error *err);
+void mtf_comm_destroy(mtf_comm *comm);
+
+#endif

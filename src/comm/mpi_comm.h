@@ -1,0 +1,17 @@
+/* The MPI communicator backend. Creation checks that the job's size equals the mesh size, duplicates
+ * the world communicator, and splits it once into one sub-communicator per set of mesh axes (each rank
+ * keeps the one of its own group). Collectives then never create communicators. */
+#ifndef MTF_COMM_MPI_COMM_H
+#define MTF_COMM_MPI_COMM_H
+
+#include <mpi.h>
+
+#include "comm/comm.h"
+
+/* Collective over `world`. On a size mismatch every rank returns MTF_ERR_MESH with the same message. */
+int mtf_comm_mpi_create(MPI_Comm world, const mtf_shape *mesh, mtf_comm **out, mtf_error *err);
+
+/* The sub-communicator of this rank's group for a set of mesh axes (for tests and diagnostics). */
+MPI_Comm mtf_comm_mpi_group(const mtf_comm *comm, mtf_axis_set axes);
+
+#endif
