@@ -127,17 +127,19 @@ int mtf_comm_permute(mtf_comm *comm, int mesh_axis, const void *in, void *out, s
     return mtf_error_set(err, MTF_ERR_INVALID, "permute: mesh axis %d is not in the %d-axis mesh", mesh_axis,
                          comm->mesh.rank);
   int n = (int)comm->mesh.dims[mesh_axis].size, me = comm->coord[mesh_axis];
+  /* Validate the whole map, not just this rank's part, so that every rank fails alike and none is left
+   * waiting for a message. */
   int dest = -1;
   for (int j = 0; j < n; j++) {
     int src = source_of[j];
     if (src < -1 || src >= n)
       return mtf_error_set(err, MTF_ERR_INVALID, "permute: source %d of position %d is outside 0..%d", src, j,
                            n - 1);
-    if (src != me) continue;
-    if (dest >= 0)
-      return mtf_error_set(err, MTF_ERR_INVALID, "permute: position %d is the source of both %d and %d", me, dest,
-                           j);
-    dest = j;
+    for (int k = 0; k < j; k++)
+      if (src >= 0 && source_of[k] == src)
+        return mtf_error_set(err, MTF_ERR_INVALID, "permute: position %d is the source of both %d and %d", src,
+                             k, j);
+    if (src == me) dest = j;
   }
   size_t bytes = count * mtf_dtype_size(dtype);
   count_call(comm, MTF_COLL_PERMUTE, dest >= 0 && dest != me ? (double)bytes : 0.0);
