@@ -7,18 +7,22 @@
 
 #include "cli/cli.h"
 #include "core/layout.h"
+#include "core/mesh_yaml.h"
 
 #define MAX_TENSORS 64
 
 static void layout_usage(FILE *out) {
   fprintf(out,
-          "usage: mtf layout --mesh SHAPE [--layout RULES] --tensor NAME=SHAPE [--tensor ...] [--ranks]\n"
+          "usage: mtf layout (--config FILE | --mesh SHAPE) [--layout RULES] --tensor NAME=SHAPE [--tensor ...]\n"
+          "                  [--ranks]\n"
           "\n"
           "Shows, for each tensor, the mesh axes it is split over, the slice every rank holds and (with\n"
           "--ranks) each rank's mesh coordinate and slice offset. Runs in one process for any mesh size.\n"
           "\n"
+          "  --config FILE        read mesh.shape and mesh.layout from a YAML config (see configs/)\n"
           "  --mesh SHAPE         mesh axes and sizes, e.g. 'b:2;m:4' (';', ',' or space between items)\n"
           "  --layout RULES       tensor-dimension:mesh-axis rules, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n"
+          "                       (--mesh and --layout override the config's)\n"
           "  --tensor NAME=SHAPE  a tensor and its named shape, e.g. 'ffn/wi=d_model:512,d_ff:2048'\n"
           "  --ranks              also list every rank's coordinate and slice offset\n"
           "  -h, --help           show this help\n"
@@ -50,18 +54,20 @@ static void print_tensor(const mtf_shape *mesh, const mtf_tensor_layout *layout,
 }
 
 int mtf_cmd_layout(int argc, char **argv) {
-  static const struct option options[] = {{"mesh", required_argument, 0, 'm'},
+  static const struct option options[] = {{"config", required_argument, 0, 'c'},
+                                          {"mesh", required_argument, 0, 'm'},
                                           {"layout", required_argument, 0, 'l'},
                                           {"tensor", required_argument, 0, 't'},
                                           {"ranks", no_argument, 0, 'r'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
-  const char *mesh_text = NULL, *layout_text = "";
+  const char *config_path = NULL, *mesh_text = NULL, *layout_text = NULL;
   const char *tensor_args[MAX_TENSORS];
   int tensor_count = 0, ranks = 0, opt;
   optind = 1;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
     switch (opt) {
+      case 'c': config_path = optarg; break;
       case 'm': mesh_text = optarg; break;
       case 'l': layout_text = optarg; break;
       case 'r': ranks = 1; break;
@@ -81,8 +87,9 @@ int mtf_cmd_layout(int argc, char **argv) {
     layout_usage(stderr);
     return MTF_EXIT_USAGE;
   }
-  if (!mesh_text || tensor_count == 0) {
-    fprintf(stderr, "mtf layout: %s is required\n\n", !mesh_text ? "--mesh" : "at least one --tensor");
+  if ((!mesh_text && !config_path) || tensor_count == 0) {
+    fprintf(stderr, "mtf layout: %s is required\n\n",
+            tensor_count == 0 ? "at least one --tensor" : "--mesh (or --config)");
     layout_usage(stderr);
     return MTF_EXIT_USAGE;
   }
@@ -90,7 +97,10 @@ int mtf_cmd_layout(int argc, char **argv) {
   mtf_error err;
   mtf_shape mesh;
   mtf_layout_rules rules;
-  if (mtf_mesh_parse(mesh_text, &mesh, &err) || mtf_layout_rules_parse(layout_text, &rules, &err)) {
+  memset(&rules, 0, sizeof rules);
+  if ((config_path && mtf_mesh_config_load(config_path, &mesh, &rules, &err)) ||
+      (mesh_text && mtf_mesh_parse(mesh_text, &mesh, &err)) ||
+      (layout_text && mtf_layout_rules_parse(layout_text, &rules, &err))) {
     fprintf(stderr, "mtf layout: error: %s\n", err.msg);
     return MTF_EXIT_FAILURE;
   }

@@ -1,6 +1,7 @@
 #include "core/mesh_yaml.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,16 +56,21 @@ int mtf_mesh_from_yaml_node(yaml_document_t *doc, yaml_node_t *node, const char 
   return MTF_OK;
 }
 
+/* Loads one document; on a syntax error reports source:line:column. */
+static int load_document(yaml_parser_t *parser, yaml_document_t *doc, const char *source, mtf_error *err) {
+  if (yaml_parser_load(parser, doc)) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_PARSE, "%s:%zu:%zu: YAML syntax error: %s", source,
+                       parser->problem_mark.line + 1, parser->problem_mark.column + 1,
+                       parser->problem ? parser->problem : "unknown problem");
+}
+
 int mtf_mesh_parse_yaml(const char *text, size_t length, const char *source, mtf_shape *mesh, mtf_error *err) {
   yaml_parser_t parser;
   yaml_document_t doc;
   if (!yaml_parser_initialize(&parser)) return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the YAML parser");
   yaml_parser_set_input_string(&parser, (const unsigned char *)text, length);
-  int rc = MTF_OK;
-  if (!yaml_parser_load(&parser, &doc)) {
-    rc = mtf_error_set(err, MTF_ERR_PARSE, "%s:%zu:%zu: YAML syntax error: %s", source,
-                       parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                       parser.problem ? parser.problem : "unknown problem");
+  int rc = load_document(&parser, &doc, source, err);
+  if (rc) {
     yaml_parser_delete(&parser);
     return rc;
   }
@@ -75,5 +81,73 @@ int mtf_mesh_parse_yaml(const char *text, size_t length, const char *source, mtf
     rc = mtf_mesh_from_yaml_node(&doc, root, source, "mesh", mesh, err);
   yaml_document_delete(&doc);
   yaml_parser_delete(&parser);
+  return rc;
+}
+
+static yaml_node_t *mapping_get(yaml_document_t *doc, yaml_node_t *mapping, const char *key) {
+  for (yaml_node_pair_t *pair = mapping->data.mapping.pairs.start; pair < mapping->data.mapping.pairs.top; pair++) {
+    yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+    if (k->type == YAML_SCALAR_NODE && strcmp((const char *)k->data.scalar.value, key) == 0)
+      return yaml_document_get_node(doc, pair->value);
+  }
+  return NULL;
+}
+
+static int read_mesh_section(yaml_document_t *doc, const char *path, mtf_shape *mesh, mtf_layout_rules *rules,
+                             mtf_error *err) {
+  yaml_node_t *root = yaml_document_get_root_node(doc);
+  if (!root || root->type != YAML_MAPPING_NODE)
+    return mtf_error_set(err, MTF_ERR_PARSE, "%s: expected a mapping with a 'mesh' section at the top", path);
+  yaml_node_t *section = mapping_get(doc, root, "mesh");
+  if (!section)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "%s: no 'mesh' section; add one, e.g.\n  mesh:\n    shape: {b: 2, m: 4}\n    layout: "
+                         "\"batch:b;d_ff:m\"",
+                         path);
+  if (section->type != YAML_MAPPING_NODE)
+    return at(err, MTF_ERR_PARSE, path, section, "mesh", "expected a mapping with keys 'shape' and 'layout'");
+  for (yaml_node_pair_t *pair = section->data.mapping.pairs.start; pair < section->data.mapping.pairs.top; pair++) {
+    yaml_node_t *k = yaml_document_get_node(doc, pair->key);
+    const char *name = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "?";
+    if (strcmp(name, "shape") != 0 && strcmp(name, "layout") != 0) {
+      char what[256];
+      snprintf(what, sizeof what, "unknown key '%.64s'; the mesh section has 'shape' and 'layout'", name);
+      return at(err, MTF_ERR_INVALID, path, k, "mesh", what);
+    }
+  }
+  yaml_node_t *shape = mapping_get(doc, section, "shape");
+  if (!shape)
+    return at(err, MTF_ERR_INVALID, path, section, "mesh", "'shape' is missing; add e.g. 'shape: {b: 2, m: 4}'");
+  MTF_CHECK(mtf_mesh_from_yaml_node(doc, shape, path, "mesh.shape", mesh, err));
+  memset(rules, 0, sizeof *rules);
+  yaml_node_t *layout = mapping_get(doc, section, "layout");
+  if (!layout) return MTF_OK;
+  if (layout->type != YAML_SCALAR_NODE)
+    return at(err, MTF_ERR_PARSE, path, layout, "mesh.layout",
+              "expected a string of rules such as \"batch:b;d_ff:m\"");
+  int rc = mtf_layout_rules_parse((const char *)layout->data.scalar.value, rules, err);
+  if (rc)
+    return mtf_error_prefix(err, "%s:%zu:%zu: mesh.layout", path, layout->start_mark.line + 1,
+                            layout->start_mark.column + 1);
+  return MTF_OK;
+}
+
+int mtf_mesh_config_load(const char *path, mtf_shape *mesh, mtf_layout_rules *rules, mtf_error *err) {
+  FILE *file = fopen(path, "rb");
+  if (!file) return mtf_error_set(err, MTF_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  if (!yaml_parser_initialize(&parser)) {
+    fclose(file);
+    return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the YAML parser");
+  }
+  yaml_parser_set_input_file(&parser, file);
+  int rc = load_document(&parser, &doc, path, err);
+  if (rc == MTF_OK) {
+    rc = read_mesh_section(&doc, path, mesh, rules, err);
+    yaml_document_delete(&doc);
+  }
+  yaml_parser_delete(&parser);
+  fclose(file);
   return rc;
 }

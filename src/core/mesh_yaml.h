@@ -7,6 +7,7 @@
 #include <yaml.h>
 
 #include "core/error.h"
+#include "core/layout.h"
 #include "core/shape.h"
 
 /* `source` names the file in messages, `key` the config key ("mesh.shape"). */
@@ -15,5 +16,10 @@ int mtf_mesh_from_yaml_node(yaml_document_t *doc, yaml_node_t *node, const char 
 
 /* Parses a whole YAML text whose root is the mesh (mapping or string). */
 int mtf_mesh_parse_yaml(const char *text, size_t length, const char *source, mtf_shape *mesh, mtf_error *err);
+
+/* Reads the `mesh` section of a YAML config file: `mesh.shape` (mapping or string, required) and
+ * `mesh.layout` (rules string, optional). Other top-level sections are left to their own readers;
+ * an unknown key inside `mesh` is an error. */
+int mtf_mesh_config_load(const char *path, mtf_shape *mesh, mtf_layout_rules *rules, mtf_error *err);
 
 #endif
