@@ -130,7 +130,11 @@ int mtf_cmd_commcheck(int argc, char **argv) {
     double seconds = (MPI_Wtime() - start) / (double)iters;
     if (mtf_comm_allreduce(comm, mtf_mesh_all_axes(&mesh), &seconds, &seconds, 1, MTF_F64, MTF_REDUCE_MAX, &err))
       abort_job(comm->rank, &err);
-    if (comm->rank == 0) {
+    if (comm->rank == 0 && mtf_comm_group_size(comm, axes) == 1) {
+      char axes_text[128];
+      printf("  axes %-12s group of 1    %s  (no communication)\n",
+             mtf_mesh_axis_set_format(&mesh, axes, axes_text, sizeof axes_text), failures ? "WRONG RANKS" : "ok         ");
+    } else if (comm->rank == 0) {
       char axes_text[128];
       printf("  axes %-12s group of %-4d %s  allreduce %zu bytes: %.3f ms (%.2f GB/s algorithm bandwidth)\n",
              mtf_mesh_axis_set_format(&mesh, axes, axes_text, sizeof axes_text), mtf_comm_group_size(comm, axes),
