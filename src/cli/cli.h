@@ -11,5 +11,6 @@ void mtf_print_version(FILE *out);
 
 int mtf_cmd_layout(int argc, char **argv);
 int mtf_cmd_commcheck(int argc, char **argv);
+int mtf_cmd_data(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"layout", mtf_cmd_layout, "show how layout rules split tensors over a mesh (one process)"},
     {"commcheck", mtf_cmd_commcheck, "check the mesh communicators and every collective (run under mpiexec/srun)"},
+    {"data", mtf_cmd_data, "make HDF5 token shards (prepare, synth), inspect them, check the loader on a mesh"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 

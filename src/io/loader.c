@@ -1,0 +1,326 @@
+/* The loader: batch order, per-rank rows, the prefetch thread and the cursor (see loader.h). */
+#define _GNU_SOURCE
+#include "io/loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "io/agree.h"
+#include "io/dataset.h"
+#include "io/rng.h"
+
+#define MAX_OPEN_SHARDS 64 /* file handles kept open; older ones are closed when more are needed */
+#define MAX_PREFETCH 64
+
+typedef struct batch_slot {
+  int32_t *tokens;
+  int rc;
+  mtf_error err;
+  mtf_loader_cursor after; /* the cursor once this batch is consumed */
+} batch_slot;
+
+struct mtf_loader {
+  mtf_loader_options opts;
+  mtf_dataset dataset;
+  int64_t vocab_limit;
+  int64_t local_batch, row_offset, row_tokens;
+
+  /* Read side (the prefetch thread, or the caller when prefetch is 0): open shard handles. */
+  mtf_shard *shards;
+  int64_t *last_used;
+  int64_t use_clock;
+  int open_count;
+
+  /* Consumer side. */
+  mtf_loader_cursor cursor;
+  int failed;
+  mtf_error failure;
+  double wait_seconds, read_seconds;
+
+  /* The prefetch ring: `filled` batches from index `head` on are ready. */
+  batch_slot *slots;
+  int depth, head, filled;
+  mtf_loader_cursor producer_cursor;
+  int stop, thread_running;
+  pthread_t thread;
+  pthread_mutex_t mutex;
+  pthread_cond_t changed;
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int get_shard(mtf_loader *loader, int index, mtf_shard **out, mtf_error *err) {
+  mtf_shard *shard = &loader->shards[index];
+  if (!shard->path) {
+    if (loader->open_count == MAX_OPEN_SHARDS) {
+      int oldest = -1;
+      for (int i = 0; i < loader->dataset.count; i++)
+        if (loader->shards[i].path && (oldest < 0 || loader->last_used[i] < loader->last_used[oldest])) oldest = i;
+      mtf_shard_close(&loader->shards[oldest]);
+      loader->open_count--;
+    }
+    MTF_CHECK(mtf_shard_open(loader->dataset.paths[index], shard, err));
+    loader->open_count++;
+  }
+  loader->last_used[index] = ++loader->use_clock;
+  *out = shard;
+  return MTF_OK;
+}
+
+static void advance(mtf_loader_cursor *cursor, int64_t batch_size) {
+  cursor->position += batch_size;
+  if (cursor->position + batch_size > cursor->windows) {
+    cursor->epoch++;
+    cursor->position = 0;
+  }
+}
+
+/* Reads this rank's rows of the batch at *cursor into tokens and advances *cursor. */
+static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, double *seconds,
+                      mtf_error *err) {
+  double start = now_seconds();
+  mtf_permutation order = mtf_permutation_make((uint64_t)cursor->windows, cursor->seed, (uint64_t)cursor->epoch);
+  int rc = MTF_OK;
+  for (int64_t r = 0; rc == MTF_OK && r < loader->local_batch; r++) {
+    uint64_t position = (uint64_t)(cursor->position + loader->row_offset + r);
+    int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start;
+    int shard_index;
+    mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
+    mtf_shard *shard;
+    rc = get_shard(loader, shard_index, &shard, err);
+    if (rc == MTF_OK)
+      rc = mtf_shard_read(shard, token_start, loader->row_tokens, tokens + r * loader->row_tokens,
+                          loader->vocab_limit, err);
+  }
+  if (rc == MTF_OK) advance(cursor, loader->opts.batch_size);
+  *seconds = now_seconds() - start;
+  return rc;
+}
+
+static void *prefetch_main(void *arg) {
+  mtf_loader *loader = arg;
+  pthread_mutex_lock(&loader->mutex);
+  while (!loader->stop) {
+    if (loader->filled == loader->depth) {
+      pthread_cond_wait(&loader->changed, &loader->mutex);
+      continue;
+    }
+    batch_slot *slot = &loader->slots[(loader->head + loader->filled) % loader->depth];
+    mtf_loader_cursor cursor = loader->producer_cursor;
+    pthread_mutex_unlock(&loader->mutex);
+    mtf_error_clear(&slot->err);
+    double seconds;
+    int rc = read_batch(loader, &cursor, slot->tokens, &seconds, &slot->err);
+    pthread_mutex_lock(&loader->mutex);
+    loader->read_seconds += seconds;
+    slot->rc = rc;
+    slot->after = cursor;
+    loader->producer_cursor = cursor;
+    loader->filled++;
+    pthread_cond_broadcast(&loader->changed);
+    if (rc != MTF_OK) break; /* the consumer reports it; nothing after a failed batch is read */
+  }
+  pthread_mutex_unlock(&loader->mutex);
+  return NULL;
+}
+
+static int start_prefetch(mtf_loader *loader, mtf_error *err) {
+  if (loader->depth == 0) return MTF_OK;
+  loader->head = loader->filled = 0;
+  loader->stop = 0;
+  loader->producer_cursor = loader->cursor;
+  if (pthread_create(&loader->thread, NULL, prefetch_main, loader) != 0)
+    return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the data prefetch thread (set prefetch to 0?)");
+  loader->thread_running = 1;
+  return MTF_OK;
+}
+
+static void stop_prefetch(mtf_loader *loader) {
+  if (!loader->thread_running) return;
+  pthread_mutex_lock(&loader->mutex);
+  loader->stop = 1;
+  pthread_cond_broadcast(&loader->changed);
+  pthread_mutex_unlock(&loader->mutex);
+  pthread_join(loader->thread, NULL);
+  loader->thread_running = 0;
+}
+
+/* Everything in open that a single rank can check or fail at. */
+static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const mtf_shape *mesh,
+                      const mtf_layout_rules *rules, int mesh_rank, mtf_error *err) {
+  if (!opts->data || !opts->data[0]) return mtf_error_set(err, MTF_ERR_INVALID, "no data given (a directory, glob or shard)");
+  if (opts->batch_size < 1 || opts->length < 1)
+    return mtf_error_set(err, MTF_ERR_INVALID, "batch size and sequence length must be at least 1 (got %lld, %lld)",
+                         (long long)opts->batch_size, (long long)opts->length);
+  if (opts->prefetch < 0 || opts->prefetch > MAX_PREFETCH)
+    return mtf_error_set(err, MTF_ERR_INVALID, "prefetch depth must be in [0, %d], not %d", MAX_PREFETCH,
+                         opts->prefetch);
+  if (mesh_rank < 0 || mesh_rank >= mtf_mesh_size(mesh) || (opts->comm && opts->comm->rank != mesh_rank))
+    return mtf_error_set(err, MTF_ERR_INVALID, "loader: rank %d is not this process's rank in the mesh", mesh_rank);
+
+  mtf_shape shape = {0};
+  MTF_CHECK(mtf_shape_append(&shape, "batch", opts->batch_size, err));
+  MTF_CHECK(mtf_shape_append(&shape, "length", opts->length, err));
+  mtf_tensor_layout layout;
+  MTF_CHECK(mtf_tensor_layout_make(rules, mesh, "inputs", &shape, &layout, err));
+  if (layout.mesh_axis[1] >= 0)
+    return mtf_error_set(err, MTF_ERR_LAYOUT,
+                         "the data loader hands out whole sequences, but the layout splits 'length' over mesh axis "
+                         "'%s': drop the layout rule 'length:%s'",
+                         mesh->dims[layout.mesh_axis[1]].name, mesh->dims[layout.mesh_axis[1]].name);
+  mtf_shape slice = mtf_layout_slice_shape(&layout, mesh);
+  int coord[MTF_MAX_MESH_AXES];
+  int64_t offset[MTF_MAX_RANK];
+  mtf_mesh_rank_to_coord(mesh, mesh_rank, coord);
+  mtf_layout_slice_offset(&layout, mesh, coord, offset);
+  loader->local_batch = slice.dims[0].size;
+  loader->row_offset = offset[0];
+  loader->row_tokens = opts->length + 1;
+
+  MTF_CHECK(mtf_dataset_open(opts->data, opts->length, &loader->dataset, err));
+  mtf_dataset *data = &loader->dataset;
+  if (data->windows < opts->batch_size)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "data '%s' holds %lld windows of %lld tokens in %d shards, fewer than one batch of %lld: "
+                         "add data, or use a smaller batch or a shorter sequence length",
+                         opts->data, (long long)data->windows, (long long)loader->row_tokens, data->count,
+                         (long long)opts->batch_size);
+  loader->vocab_limit = opts->vocab_limit > 0 ? opts->vocab_limit : (data->max_vocab_size > 0 ? data->max_vocab_size : 0);
+  loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, data->windows};
+
+  loader->shards = calloc((size_t)data->count, sizeof(mtf_shard));
+  loader->last_used = calloc((size_t)data->count, sizeof(int64_t));
+  loader->depth = opts->prefetch;
+  loader->slots = calloc((size_t)(loader->depth ? loader->depth : 1), sizeof(batch_slot));
+  if (!loader->shards || !loader->last_used || !loader->slots)
+    return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  for (int i = 0; i < loader->depth; i++) {
+    loader->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
+    if (!loader->slots[i].tokens)
+      return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for %d prefetched batches", loader->depth);
+  }
+  return start_prefetch(loader, err);
+}
+
+int mtf_loader_open(const mtf_loader_options *opts, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                    int mesh_rank, mtf_loader **out, mtf_error *err) {
+  *out = NULL;
+  mtf_loader *loader = calloc(1, sizeof *loader);
+  int rc = loader ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  if (loader) {
+    loader->opts = *opts;
+    pthread_mutex_init(&loader->mutex, NULL);
+    pthread_cond_init(&loader->changed, NULL);
+    rc = open_local(loader, opts, mesh, rules, mesh_rank, err);
+  }
+  rc = mtf_io_agree(opts->comm, rc, err);
+  if (rc != MTF_OK) {
+    if (loader) mtf_loader_close(loader);
+    return rc;
+  }
+  *out = loader;
+  return MTF_OK;
+}
+
+int64_t mtf_loader_local_batch(const mtf_loader *loader) { return loader->local_batch; }
+int64_t mtf_loader_row_offset(const mtf_loader *loader) { return loader->row_offset; }
+int64_t mtf_loader_windows(const mtf_loader *loader) { return loader->dataset.windows; }
+int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader) {
+  return loader->dataset.windows / loader->opts.batch_size;
+}
+
+int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
+  if (loader->failed) {
+    if (err) *err = loader->failure;
+    return loader->failure.code;
+  }
+  mtf_error local;
+  mtf_error_clear(&local);
+  mtf_loader_cursor after = loader->cursor;
+  int rc;
+  double start = now_seconds();
+  if (loader->depth == 0) {
+    double seconds;
+    rc = read_batch(loader, &after, tokens, &seconds, &local);
+    loader->read_seconds += seconds;
+  } else {
+    pthread_mutex_lock(&loader->mutex);
+    while (loader->filled == 0) pthread_cond_wait(&loader->changed, &loader->mutex);
+    batch_slot *slot = &loader->slots[loader->head];
+    pthread_mutex_unlock(&loader->mutex);
+    /* The slot is ours until head moves: the producer only writes slots past the filled ones. */
+    rc = slot->rc;
+    if (rc == MTF_OK)
+      memcpy(tokens, slot->tokens, sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
+    else
+      local = slot->err;
+    after = slot->after;
+    pthread_mutex_lock(&loader->mutex);
+    loader->head = (loader->head + 1) % loader->depth;
+    loader->filled--;
+    pthread_cond_broadcast(&loader->changed);
+    pthread_mutex_unlock(&loader->mutex);
+  }
+  loader->wait_seconds += now_seconds() - start;
+  rc = mtf_io_agree(loader->opts.comm, rc, &local);
+  if (rc != MTF_OK) {
+    loader->failed = 1;
+    loader->failure = local;
+    if (err) *err = local;
+    return rc;
+  }
+  loader->cursor = after;
+  return MTF_OK;
+}
+
+mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader) { return loader->cursor; }
+
+int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, mtf_error *err) {
+  if (loader->failed) {
+    if (err) *err = loader->failure;
+    return loader->failure.code;
+  }
+  int64_t windows = loader->dataset.windows, batch = loader->opts.batch_size;
+  if (cursor->windows != windows)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "the saved data cursor is for a dataset of %lld windows, but '%s' with length %lld has "
+                         "%lld: the data or the sequence length changed since it was saved",
+                         (long long)cursor->windows, loader->opts.data, (long long)loader->opts.length,
+                         (long long)windows);
+  if (cursor->epoch < 0 || cursor->position < 0 || cursor->position + batch > windows)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "the saved data cursor (epoch %lld, position %lld) is outside this dataset's %lld windows "
+                         "for batch %lld",
+                         (long long)cursor->epoch, (long long)cursor->position, (long long)windows, (long long)batch);
+  stop_prefetch(loader);
+  loader->cursor = *cursor;
+  return start_prefetch(loader, err);
+}
+
+void mtf_loader_times(mtf_loader *loader, double *wait_seconds, double *read_seconds) {
+  pthread_mutex_lock(&loader->mutex);
+  *wait_seconds = loader->wait_seconds;
+  *read_seconds = loader->read_seconds;
+  pthread_mutex_unlock(&loader->mutex);
+}
+
+void mtf_loader_close(mtf_loader *loader) {
+  if (!loader) return;
+  stop_prefetch(loader);
+  for (int i = 0; loader->shards && i < loader->dataset.count; i++)
+    if (loader->shards[i].path) mtf_shard_close(&loader->shards[i]);
+  for (int i = 0; loader->slots && i < loader->depth; i++) free(loader->slots[i].tokens);
+  free(loader->slots);
+  free(loader->shards);
+  free(loader->last_used);
+  mtf_dataset_close(&loader->dataset);
+  pthread_mutex_destroy(&loader->mutex);
+  pthread_cond_destroy(&loader->changed);
+  free(loader);
+}

@@ -1,0 +1,38 @@
+/* Deterministic, counter-based randomness for the data path. Nothing here keeps hidden state between
+ * calls: a value depends only on its key and counter, so every rank, every mesh shape and a resumed run
+ * compute the same numbers without communicating.
+ *
+ * mtf_permutation is a keyed bijection of [0, n): a Feistel network over the smallest power-of-two domain
+ * that holds n, with cycle-walking back into [0, n). It gives "position i of this epoch's shuffle" in O(1)
+ * time and memory, so the loader never materialises an order over millions of windows. */
+#ifndef MTF_IO_RNG_H
+#define MTF_IO_RNG_H
+
+#include <stdint.h>
+
+/* A 64-bit mix of a key and a counter (SplitMix64 finaliser over key ^ golden-ratio-scaled counter). */
+uint64_t mtf_hash64(uint64_t key, uint64_t counter);
+
+/* A sequential generator for tools that want a stream (synthetic data): state advances by one counter. */
+typedef struct mtf_rng {
+  uint64_t key;
+  uint64_t counter;
+} mtf_rng;
+
+mtf_rng mtf_rng_make(uint64_t seed, uint64_t stream);
+uint64_t mtf_rng_next(mtf_rng *rng);
+/* Uniform in [0, bound) for bound >= 1 (rejection sampling, no modulo bias). */
+uint64_t mtf_rng_below(mtf_rng *rng, uint64_t bound);
+
+typedef struct mtf_permutation {
+  uint64_t n;
+  int half_bits; /* the Feistel domain is 2^(2*half_bits) >= n */
+  uint64_t round_keys[6];
+} mtf_permutation;
+
+/* A permutation of [0, n) (n >= 1) keyed by (seed, epoch). */
+mtf_permutation mtf_permutation_make(uint64_t n, uint64_t seed, uint64_t epoch);
+/* The element at position i (0 <= i < n). */
+uint64_t mtf_permutation_at(const mtf_permutation *perm, uint64_t i);
+
+#endif
