@@ -11,6 +11,17 @@ const char *mtf_collective_name(mtf_collective_kind kind) {
   return kind < MTF_COLL_KINDS ? names[kind] : "?";
 }
 
+double mtf_collective_bytes_sent(mtf_collective_kind kind, int group_size, double bytes) {
+  double g = group_size;
+  switch (kind) {
+    case MTF_COLL_ALLREDUCE: return 2.0 * (g - 1) / g * bytes;
+    case MTF_COLL_ALLGATHER: return (g - 1) * bytes;
+    case MTF_COLL_REDUCE_SCATTER:
+    case MTF_COLL_ALLTOALL: return (g - 1) / g * bytes;
+    default: return bytes;
+  }
+}
+
 void mtf_comm_init_base(mtf_comm *comm, const mtf_comm_ops *ops, const mtf_shape *mesh, int rank, void *impl) {
   memset(comm, 0, sizeof *comm);
   comm->ops = ops;
@@ -49,8 +60,8 @@ int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
                        mtf_reduce_op op, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));
   int g = mtf_comm_group_size(comm, axes);
-  /* A ring allreduce sends 2(G-1)/G of the buffer. */
-  count_call(comm, MTF_COLL_ALLREDUCE, 2.0 * (g - 1) / g * (double)(count * mtf_dtype_size(dtype)));
+  count_call(comm, MTF_COLL_ALLREDUCE,
+             mtf_collective_bytes_sent(MTF_COLL_ALLREDUCE, g, (double)(count * mtf_dtype_size(dtype))));
   return comm->ops->allreduce(comm, axes, in, out, count, dtype, op, err);
 }
 
@@ -60,7 +71,7 @@ int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
   MTF_CHECK(check_tensor_axis(rank, axis, "allgather", err));
   int g = mtf_comm_group_size(comm, axes);
   size_t elem = mtf_dtype_size(dtype), block_bytes = (size_t)mtf_dims_count(rank, dims) * elem;
-  count_call(comm, MTF_COLL_ALLGATHER, (double)(g - 1) * (double)block_bytes);
+  count_call(comm, MTF_COLL_ALLGATHER, mtf_collective_bytes_sent(MTF_COLL_ALLGATHER, g, (double)block_bytes));
   if (axis == 0) return comm->ops->allgather_blocks(comm, axes, in, out, block_bytes, err);
   void *blocks = malloc(block_bytes * (size_t)g + 1);
   if (!blocks) return mtf_error_set(err, MTF_ERR_NOMEM, "allgather: cannot allocate %zu bytes", block_bytes * g);
@@ -80,7 +91,8 @@ int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, v
                          "reduce_scatter: tensor axis %d has size %lld, which the group of %d ranks does not divide",
                          axis, (long long)dims[axis], g);
   size_t elem = mtf_dtype_size(dtype), total = (size_t)mtf_dims_count(rank, dims);
-  count_call(comm, MTF_COLL_REDUCE_SCATTER, (double)(g - 1) / g * (double)(total * elem));
+  count_call(comm, MTF_COLL_REDUCE_SCATTER,
+             mtf_collective_bytes_sent(MTF_COLL_REDUCE_SCATTER, g, (double)(total * elem)));
   if (axis == 0) return comm->ops->reduce_scatter_blocks(comm, axes, in, out, total / (size_t)g, dtype, op, err);
   void *blocks = malloc(total * elem + 1);
   if (!blocks) return mtf_error_set(err, MTF_ERR_NOMEM, "reduce_scatter: cannot allocate %zu bytes", total * elem);
@@ -101,7 +113,7 @@ int mtf_comm_alltoall(mtf_comm *comm, mtf_axis_set axes, const void *in, void *o
                          "alltoall: split axis %d has size %lld, which the group of %d ranks does not divide",
                          split_axis, (long long)dims[split_axis], g);
   size_t elem = mtf_dtype_size(dtype), total_bytes = (size_t)mtf_dims_count(rank, dims) * elem;
-  count_call(comm, MTF_COLL_ALLTOALL, (double)(g - 1) / g * (double)total_bytes);
+  count_call(comm, MTF_COLL_ALLTOALL, mtf_collective_bytes_sent(MTF_COLL_ALLTOALL, g, (double)total_bytes));
   void *send = malloc(total_bytes + 1), *recv = malloc(total_bytes + 1);
   if (!send || !recv) {
     free(send);

@@ -32,6 +32,10 @@ typedef enum mtf_collective_kind {
 
 const char *mtf_collective_name(mtf_collective_kind kind);
 
+/* Bytes one rank sends in a collective of `kind` over a group of `group_size` ranks, where `bytes` is the
+ * size of its input buffer (ring algorithms; used by the statistics here and by the planner). */
+double mtf_collective_bytes_sent(mtf_collective_kind kind, int group_size, double bytes);
+
 /* Block primitives of a backend. `axes` selects the group; positions are member indices in the group.
  * Buffers hold `parts` equal blocks in member order where a *_blocks name says so. */
 typedef struct mtf_comm_ops {

@@ -1,0 +1,41 @@
+#include "exec/cpu/strided.h"
+
+#include <string.h>
+
+void mtf_strides_by_name(const mtf_shape *walked, const mtf_shape *operand, int64_t *strides) {
+  int64_t own[MTF_MAX_RANK], stride = 1;
+  for (int d = operand->rank - 1; d >= 0; d--) {
+    own[d] = stride;
+    stride *= operand->dims[d].size;
+  }
+  for (int d = 0; d < walked->rank; d++) {
+    int j = mtf_shape_index_of(operand, walked->dims[d].name);
+    strides[d] = j >= 0 ? own[j] : 0;
+  }
+}
+
+void mtf_walk_init(mtf_walk *w, const mtf_shape *walked, int n, const mtf_shape *const *operands) {
+  memset(w, 0, sizeof *w);
+  w->n = n;
+  if (walked->rank == 0) { /* a scalar: one row of one element */
+    w->rank = 1;
+    w->dims[0] = 1;
+  } else {
+    w->rank = walked->rank;
+    for (int d = 0; d < walked->rank; d++) w->dims[d] = walked->dims[d].size;
+    for (int k = 0; k < n; k++) mtf_strides_by_name(walked, operands[k], w->strides[k]);
+  }
+  w->inner = w->dims[w->rank - 1];
+  w->rows = 1;
+  for (int d = 0; d + 1 < w->rank; d++) w->rows *= w->dims[d];
+}
+
+void mtf_walk_next_row(mtf_walk *w) {
+  for (int d = w->rank - 2; d >= 0; d--) {
+    w->index[d]++;
+    for (int k = 0; k < w->n; k++) w->offset[k] += w->strides[k][d];
+    if (w->index[d] < w->dims[d]) return;
+    for (int k = 0; k < w->n; k++) w->offset[k] -= w->strides[k][d] * w->dims[d];
+    w->index[d] = 0;
+  }
+}

@@ -1,0 +1,265 @@
+/* The executor: owns a plan's memory on one rank and runs its steps in order, kernels through the
+ * backend vtable and collectives through the communicator. Nothing is decided per step at run time. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/backend.h"
+#include "lower/plan.h"
+
+struct mtf_session {
+  mtf_plan *plan;
+  mtf_comm *comm;
+  const mtf_backend_ops *ops;
+  mtf_session_options options;
+  float *arena;
+  float **variables; /* by storage slot */
+  float **inputs;
+  int *poison_start, *poison_list; /* CSR: arena buffers whose last reader is step s */
+};
+
+static float *buffer_data(const mtf_session *s, int buffer) {
+  const mtf_buffer *b = &s->plan->buffers[buffer];
+  switch (b->kind) {
+    case MTF_BUF_ARENA: return s->arena + b->offset;
+    case MTF_BUF_VARIABLE: return s->variables[b->offset];
+    case MTF_BUF_INPUT: return s->inputs[b->offset];
+  }
+  return NULL;
+}
+
+/* A variable's initial slice: each element from its global index, so every layout starts equal. */
+static void init_variable(mtf_session *s, int node, float *data) {
+  const mtf_plan *p = s->plan;
+  const mtf_node *var = &p->graph->nodes[node];
+  const mtf_tensor_layout *layout = &p->layouts[node];
+  mtf_shape local = mtf_layout_slice_shape(layout, &p->mesh);
+  int64_t offsets[MTF_MAX_RANK], strides[MTF_MAX_RANK], stride = 1, index[MTF_MAX_RANK] = {0};
+  mtf_layout_slice_offset(layout, &p->mesh, p->coord, offsets);
+  for (int d = var->shape.rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= var->shape.dims[d].size;
+  }
+  int64_t n = mtf_shape_num_elements(&local);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t global = 0;
+    for (int d = 0; d < local.rank; d++) global += (index[d] + offsets[d]) * strides[d];
+    data[e] = mtf_variable_value(p->graph, var, global);
+    for (int d = local.rank - 1; d >= 0; d--) {
+      if (++index[d] < local.dims[d].size) break;
+      index[d] = 0;
+    }
+  }
+}
+
+static int build_poison_lists(mtf_session *s) {
+  const mtf_plan *p = s->plan;
+  s->poison_start = calloc((size_t)p->n_steps + 2, sizeof(int));
+  s->poison_list = malloc(sizeof(int) * ((size_t)p->n_buffers + 1));
+  if (!s->poison_start || !s->poison_list) return MTF_ERR_NOMEM;
+  for (int b = 0; b < p->n_buffers; b++) {
+    const mtf_buffer *buf = &p->buffers[b];
+    if (buf->kind == MTF_BUF_ARENA && buf->last_step >= 0 && buf->last_step < p->n_steps)
+      s->poison_start[buf->last_step + 1]++;
+  }
+  for (int i = 0; i < p->n_steps; i++) s->poison_start[i + 1] += s->poison_start[i];
+  int *fill = calloc((size_t)p->n_steps + 1, sizeof(int));
+  if (!fill) return MTF_ERR_NOMEM;
+  for (int b = 0; b < p->n_buffers; b++) {
+    const mtf_buffer *buf = &p->buffers[b];
+    if (buf->kind == MTF_BUF_ARENA && buf->last_step >= 0 && buf->last_step < p->n_steps)
+      s->poison_list[s->poison_start[buf->last_step] + fill[buf->last_step]++] = b;
+  }
+  free(fill);
+  return MTF_OK;
+}
+
+int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
+                       mtf_error *err) {
+  *out = NULL;
+  if (!mtf_shape_equal(&comm->mesh, &plan->mesh) || comm->rank != plan->mesh_rank)
+    return mtf_error_set(err, MTF_ERR_INVALID, "session: the plan was made for rank %d of another mesh than the "
+                         "communicator's (rank %d)", plan->mesh_rank, comm->rank);
+  mtf_session *s = calloc(1, sizeof *s);
+  if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "session: out of memory");
+  s->plan = plan;
+  s->comm = comm;
+  s->ops = mtf_cpu_backend();
+  if (options) s->options = *options;
+  s->arena = s->ops->alloc(plan->arena_elements);
+  s->variables = calloc((size_t)plan->n_variables + 1, sizeof(float *));
+  s->inputs = calloc((size_t)plan->n_inputs + 1, sizeof(float *));
+  int ok = s->arena && s->variables && s->inputs && build_poison_lists(s) == MTF_OK;
+  for (int b = 0; b < plan->n_buffers && ok; b++) {
+    const mtf_buffer *buf = &plan->buffers[b];
+    if (buf->kind == MTF_BUF_ARENA) continue;
+    float *data = s->ops->alloc(buf->elements);
+    if (!data) {
+      ok = 0;
+      break;
+    }
+    if (buf->kind == MTF_BUF_VARIABLE) {
+      s->variables[buf->offset] = data;
+      init_variable(s, buf->node, data);
+    } else {
+      s->inputs[buf->offset] = data;
+      s->ops->fill(0.0f, buf->elements, data);
+    }
+  }
+  if (!ok) {
+    mtf_session_destroy(s);
+    return mtf_error_set(err, MTF_ERR_NOMEM, "session: cannot allocate %lld bytes of activations and the variables",
+                         (long long)plan->arena_elements * 4);
+  }
+  *out = s;
+  return MTF_OK;
+}
+
+void mtf_session_destroy(mtf_session *s) {
+  if (!s) return;
+  if (s->variables)
+    for (int i = 0; i < s->plan->n_variables; i++) s->ops->release(s->variables[i]);
+  if (s->inputs)
+    for (int i = 0; i < s->plan->n_inputs; i++) s->ops->release(s->inputs[i]);
+  s->ops->release(s->arena);
+  free(s->variables);
+  free(s->inputs);
+  free(s->poison_start);
+  free(s->poison_list);
+  free(s);
+}
+
+static int input_buffer(const mtf_session *s, mtf_tensor t, mtf_error *err) {
+  const mtf_plan *p = s->plan;
+  if (t < 0 || t >= p->graph->n_nodes || p->graph->nodes[t].kind != MTF_OP_INPUT)
+    return -mtf_error_set(err, MTF_ERR_INVALID, "set_input: tensor %d is not an input", t);
+  if (p->value_buffer[t] < 0)
+    return -mtf_error_set(err, MTF_ERR_INVALID, "set_input: input '%s' is not used by the plan",
+                          p->graph->nodes[t].name);
+  return p->value_buffer[t];
+}
+
+int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err) {
+  int b = input_buffer(s, input, err);
+  if (b < 0) return -b;
+  const mtf_plan *p = s->plan;
+  int64_t offsets[MTF_MAX_RANK];
+  mtf_layout_slice_offset(&p->layouts[input], &p->mesh, p->coord, offsets);
+  mtf_shape local = mtf_layout_slice_shape(&p->layouts[input], &p->mesh);
+  s->ops->slice(&p->graph->nodes[input].shape, full, &local, offsets, buffer_data(s, b));
+  return MTF_OK;
+}
+
+int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err) {
+  int b = input_buffer(s, input, err);
+  if (b < 0) return -b;
+  s->ops->copy(s->plan->buffers[b].elements, slice, buffer_data(s, b));
+  return MTF_OK;
+}
+
+static int run_kernel(mtf_session *s, const mtf_step *st) {
+  const mtf_plan *p = s->plan;
+  const mtf_node *n = &p->graph->nodes[st->node];
+  const mtf_backend_ops *ops = s->ops;
+  float *out = buffer_data(s, st->out);
+  const float *in[2] = {st->n_in > 0 ? buffer_data(s, st->in[0]) : NULL, st->n_in > 1 ? buffer_data(s, st->in[1]) : NULL};
+  int64_t count = mtf_shape_num_elements(&st->out_shape);
+  switch (n->kind) {
+    case MTF_OP_CONSTANT: ops->fill(n->a, count, out); break;
+    case MTF_OP_RANGE: ops->range(st->offsets[0], count, out); break;
+    case MTF_OP_EINSUM: ops->einsum(st->n_in, st->in_shape, in, &st->out_shape, out); break;
+    case MTF_OP_BROADCAST: ops->broadcast(&st->in_shape[0], in[0], &st->out_shape, out); break;
+    case MTF_OP_REDUCE_MAX: ops->reduce_max(&st->in_shape[0], in[0], &st->out_shape, out); break;
+    case MTF_OP_BINARY: ops->binary(n->sub, &st->in_shape[0], in[0], &st->in_shape[1], in[1], &st->out_shape, out); break;
+    case MTF_OP_UNARY: ops->unary(n->sub, n->a, n->b, count, in[0], out); break;
+    case MTF_OP_ONE_HOT: {
+      int d = mtf_shape_index_of(&st->out_shape, n->dim_name);
+      ops->one_hot(&st->in_shape[0], in[0], &st->out_shape, d, st->offsets[d], out);
+      break;
+    }
+    case MTF_OP_RANDOM_KEEP:
+      ops->random_keep(p->graph->seed, n->key, n->a, &n->shape, &st->out_shape, st->offsets, out);
+      break;
+    default: return MTF_ERR_INVALID;
+  }
+  return MTF_OK;
+}
+
+static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
+  float *out = buffer_data(s, st->out);
+  int64_t dims[MTF_MAX_RANK];
+  switch (st->kind) {
+    case MTF_STEP_KERNEL:
+      if (run_kernel(s, st) != MTF_OK)
+        return mtf_error_set(err, MTF_ERR_INVALID, "internal: no kernel for '%s'", s->plan->graph->nodes[st->node].name);
+      return MTF_OK;
+    case MTF_STEP_ALLREDUCE:
+      return mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
+                                st->reduce_op, err);
+    case MTF_STEP_ALLGATHER:
+      for (int d = 0; d < st->in_shape[0].rank; d++) dims[d] = st->in_shape[0].dims[d].size;
+      return mtf_comm_allgather(s->comm, st->axes, buffer_data(s, st->in[0]), out, MTF_F32, st->in_shape[0].rank, dims,
+                                st->tensor_axis, err);
+    case MTF_STEP_SLICE:
+      s->ops->slice(&st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out);
+      return MTF_OK;
+    case MTF_STEP_COPY:
+      s->ops->copy(mtf_shape_num_elements(&st->out_shape), buffer_data(s, st->in[0]), out);
+      return MTF_OK;
+  }
+  return MTF_OK;
+}
+
+int mtf_session_run(mtf_session *s, mtf_error *err) {
+  const mtf_plan *p = s->plan;
+  for (int i = 0; i < p->n_steps; i++) {
+    const mtf_step *st = &p->steps[i];
+    int rc = run_step(s, st, err);
+    if (rc) return mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
+    if (s->options.poison_freed)
+      for (int k = s->poison_start[i]; k < s->poison_start[i + 1]; k++) {
+        const mtf_buffer *b = &p->buffers[s->poison_list[k]];
+        s->ops->fill(NAN, b->elements, buffer_data(s, s->poison_list[k]));
+      }
+  }
+  return MTF_OK;
+}
+
+const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
+  const mtf_plan *p = s->plan;
+  if (t < 0 || t >= p->graph->n_nodes || p->value_buffer[t] < 0) return NULL;
+  return buffer_data(s, p->value_buffer[t]);
+}
+
+int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err) {
+  const mtf_plan *p = s->plan;
+  const float *slice = mtf_session_slice(s, t);
+  if (!slice) return mtf_error_set(err, MTF_ERR_INVALID, "fetch: tensor %d is not computed by this plan", t);
+  const mtf_tensor_layout *layout = &p->layouts[t];
+  mtf_shape shape = mtf_layout_slice_shape(layout, &p->mesh);
+  int64_t dims[MTF_MAX_RANK], n = mtf_shape_num_elements(&shape), total = mtf_shape_num_elements(&layout->shape);
+  float *current = malloc(sizeof(float) * (size_t)total + 1), *next = malloc(sizeof(float) * (size_t)total + 1);
+  if (!current || !next) {
+    free(current);
+    free(next);
+    return mtf_error_set(err, MTF_ERR_NOMEM, "fetch: out of memory");
+  }
+  memcpy(current, slice, sizeof(float) * (size_t)n);
+  int rc = MTF_OK;
+  /* Same order on every rank: tensor dims in order, gathering each split one over its mesh axis. */
+  for (int d = 0; d < shape.rank && rc == MTF_OK; d++) {
+    int axis = layout->mesh_axis[d];
+    if (axis < 0) continue;
+    for (int e = 0; e < shape.rank; e++) dims[e] = shape.dims[e].size;
+    rc = mtf_comm_allgather(s->comm, 1u << axis, current, next, MTF_F32, shape.rank, dims, d, err);
+    shape.dims[d].size *= p->mesh.dims[axis].size;
+    float *swap = current;
+    current = next;
+    next = swap;
+  }
+  if (rc == MTF_OK) memcpy(full, current, sizeof(float) * (size_t)total);
+  free(current);
+  free(next);
+  return rc;
+}

@@ -1,0 +1,431 @@
+/* Lowering: graph + mesh + layout + one mesh coordinate -> that rank's plan. Pure (no MPI), so `mtf plan`
+ * and tests can lower for any mesh in one process.
+ *
+ * Every tensor's layout follows from its dimension names, so inputs of an op agree on how shared
+ * dimensions are split and most ops run locally on slices. Communication comes from three places:
+ *  - a sum over a split dimension (einsum contraction, reduce_sum) leaves partial sums; the allreduce is
+ *    deferred (kept as `pending` axes on the buffer) so that adds of partial sums happen locally first;
+ *  - a max over a split dimension is max-allreduced at once;
+ *  - a reshape/rename that moves a split allgathers along the old split and slices along the new.
+ * An einsum that sums over a dimension split along an axis that also splits its output first gathers
+ * that input along the summed dimension (otherwise the partial sums of different slices would mix). */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/plan.h"
+
+typedef struct lowering {
+  mtf_plan *plan;
+  const mtf_graph *g;
+  mtf_axis_set *pending; /* per buffer: axes over which it still holds partial sums */
+  int cap_pending;
+  mtf_error *err;
+} lowering;
+
+static int grow(void **array, int *cap, int need, size_t elem) {
+  if (need <= *cap) return MTF_OK;
+  int cap2 = *cap ? *cap : 64;
+  while (cap2 < need) cap2 *= 2;
+  void *p = realloc(*array, elem * (size_t)cap2);
+  if (!p) return MTF_ERR_NOMEM;
+  memset((char *)p + elem * (size_t)*cap, 0, elem * (size_t)(cap2 - *cap));
+  *array = p;
+  *cap = cap2;
+  return MTF_OK;
+}
+
+static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node) {
+  mtf_plan *p = lw->plan;
+  if (grow((void **)&p->buffers, &p->cap_buffers, p->n_buffers + 1, sizeof(mtf_buffer)) ||
+      grow((void **)&lw->pending, &lw->cap_pending, p->n_buffers + 1, sizeof(mtf_axis_set)))
+    return -mtf_error_set(lw->err, MTF_ERR_NOMEM, "lowering: out of memory");
+  int id = p->n_buffers++;
+  mtf_buffer *b = &p->buffers[id];
+  memset(b, 0, sizeof *b);
+  b->kind = kind;
+  b->elements = mtf_shape_num_elements(local);
+  b->first_step = INT_MAX;
+  b->last_step = -1;
+  b->node = node;
+  if (kind == MTF_BUF_VARIABLE) b->offset = p->n_variables++;
+  if (kind == MTF_BUF_INPUT) b->offset = p->n_inputs++;
+  lw->pending[id] = 0;
+  return id;
+}
+
+static int add_step(lowering *lw, const mtf_step *step) {
+  mtf_plan *p = lw->plan;
+  if (grow((void **)&p->steps, &p->cap_steps, p->n_steps + 1, sizeof(mtf_step)))
+    return mtf_error_set(lw->err, MTF_ERR_NOMEM, "lowering: out of memory");
+  int index = p->n_steps++;
+  p->steps[index] = *step;
+  mtf_buffer *out = &p->buffers[step->out];
+  if (out->first_step > index) out->first_step = index;
+  if (out->last_step < index) out->last_step = index;
+  for (int k = 0; k < step->n_in; k++)
+    if (p->buffers[step->in[k]].last_step < index) p->buffers[step->in[k]].last_step = index;
+  return MTF_OK;
+}
+
+static mtf_shape local_shape(const mtf_plan *p, int node) { return mtf_layout_slice_shape(&p->layouts[node], &p->mesh); }
+
+static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements) {
+  int group = mtf_mesh_group_size(&p->mesh, axes);
+  p->stats.comm_calls[kind]++;
+  p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
+}
+
+/* Sums partial values over their pending axes, in place. */
+static int materialize_buffer(lowering *lw, int buffer, const mtf_shape *shape) {
+  if (lw->pending[buffer] == 0) return MTF_OK;
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = MTF_STEP_ALLREDUCE;
+  s.node = lw->plan->buffers[buffer].node;
+  s.out = s.in[0] = buffer;
+  s.n_in = 1;
+  s.out_shape = s.in_shape[0] = *shape;
+  s.axes = lw->pending[buffer];
+  s.reduce_op = MTF_REDUCE_SUM;
+  count_collective(lw->plan, MTF_COLL_ALLREDUCE, s.axes, mtf_shape_num_elements(shape));
+  lw->pending[buffer] = 0;
+  return add_step(lw, &s);
+}
+
+static int materialize(lowering *lw, int node) {
+  mtf_shape shape = local_shape(lw->plan, node);
+  return materialize_buffer(lw, lw->plan->value_buffer[node], &shape);
+}
+
+/* Allgathers *buffer (local shape *shape) along tensor dim d over mesh axis `axis`; updates both. */
+static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int d, int axis) {
+  mtf_shape gathered = *shape;
+  gathered.dims[d].size *= lw->plan->mesh.dims[axis].size;
+  int out = new_buffer(lw, MTF_BUF_ARENA, &gathered, node);
+  if (out < 0) return -out;
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = MTF_STEP_ALLGATHER;
+  s.node = node;
+  s.out = out;
+  s.in[0] = *buffer;
+  s.n_in = 1;
+  s.in_shape[0] = *shape;
+  s.out_shape = gathered;
+  s.axes = 1u << axis;
+  s.tensor_axis = d;
+  count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
+  MTF_CHECK(add_step(lw, &s));
+  *buffer = out;
+  *shape = gathered;
+  return MTF_OK;
+}
+
+/* Emits a slice of `buffer` (shape *full) down to node's local slice, with the given start offsets. */
+static int slice_to(lowering *lw, int node, int buffer, const mtf_shape *full, const int64_t *offsets) {
+  mtf_shape out_shape = local_shape(lw->plan, node);
+  int out = new_buffer(lw, MTF_BUF_ARENA, &out_shape, node);
+  if (out < 0) return -out;
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = MTF_STEP_SLICE;
+  s.node = node;
+  s.out = out;
+  s.in[0] = buffer;
+  s.n_in = 1;
+  s.in_shape[0] = *full;
+  s.out_shape = out_shape;
+  memcpy(s.offsets, offsets, sizeof s.offsets);
+  MTF_CHECK(add_step(lw, &s));
+  lw->plan->value_buffer[node] = out;
+  return MTF_OK;
+}
+
+static int64_t kernel_flops(const mtf_graph *g, const mtf_plan *p, const mtf_step *s) {
+  const mtf_node *n = &g->nodes[s->node];
+  if (n->kind != MTF_OP_EINSUM) return mtf_shape_num_elements(&s->out_shape);
+  mtf_shape all = s->in_shape[0];
+  if (s->n_in == 2)
+    for (int i = 0; i < s->in_shape[1].rank; i++)
+      if (!mtf_shape_has(&all, s->in_shape[1].dims[i].name))
+        mtf_shape_append(&all, s->in_shape[1].dims[i].name, s->in_shape[1].dims[i].size, NULL);
+  (void)p;
+  return (s->n_in == 2 ? 2 : 1) * mtf_shape_num_elements(&all);
+}
+
+/* A reduction (einsum or max) over the dims of its inputs that the output lacks. */
+static int lower_reduction(lowering *lw, int node, mtf_axis_set *reduced_axes) {
+  mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_axis_set out_axes = mtf_layout_split_axes(&p->layouts[node]);
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = MTF_STEP_KERNEL;
+  s.node = node;
+  s.n_in = n->n_inputs;
+  *reduced_axes = 0;
+  for (int k = 0; k < n->n_inputs; k++) {
+    int input = n->inputs[k];
+    MTF_CHECK(materialize(lw, input));
+    int buffer = p->value_buffer[input];
+    mtf_shape shape = local_shape(p, input);
+    const mtf_tensor_layout *layout = &p->layouts[input];
+    for (int d = 0; d < shape.rank; d++) {
+      int axis = layout->mesh_axis[d];
+      if (axis < 0 || mtf_shape_has(&n->shape, shape.dims[d].name)) continue;
+      if (out_axes & (1u << axis))
+        MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, axis));
+      else
+        *reduced_axes |= 1u << axis;
+    }
+    s.in[k] = buffer;
+    s.in_shape[k] = shape;
+  }
+  s.out_shape = local_shape(p, node);
+  int out = new_buffer(lw, MTF_BUF_ARENA, &s.out_shape, node);
+  if (out < 0) return -out;
+  s.out = out;
+  p->value_buffer[node] = out;
+  p->stats.flops += kernel_flops(lw->g, p, &s);
+  return add_step(lw, &s);
+}
+
+/* A local kernel on materialized (or, where `keep_partial`, partial) inputs. */
+static int lower_local(lowering *lw, int node, int keep_partial) {
+  mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = MTF_STEP_KERNEL;
+  s.node = node;
+  s.n_in = n->n_inputs;
+  mtf_axis_set pending = 0;
+  for (int k = 0; k < n->n_inputs; k++) {
+    int input = n->inputs[k];
+    if (!keep_partial) MTF_CHECK(materialize(lw, input));
+    s.in[k] = p->value_buffer[input];
+    s.in_shape[k] = local_shape(p, input);
+    pending |= lw->pending[s.in[k]];
+  }
+  s.out_shape = local_shape(p, node);
+  mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, s.offsets);
+  int out = new_buffer(lw, MTF_BUF_ARENA, &s.out_shape, node);
+  if (out < 0) return -out;
+  s.out = out;
+  lw->pending[out] = pending;
+  p->value_buffer[node] = out;
+  p->stats.flops += kernel_flops(lw->g, p, &s);
+  return add_step(lw, &s);
+}
+
+static int same_sizes(const mtf_shape *a, const mtf_shape *b) {
+  if (a->rank != b->rank) return 0;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dims[i].size != b->dims[i].size) return 0;
+  return 1;
+}
+
+static int lower_reshape(lowering *lw, int node) {
+  mtf_plan *p = lw->plan;
+  int input = lw->g->nodes[node].inputs[0];
+  MTF_CHECK(materialize(lw, input));
+  const mtf_tensor_layout *in_layout = &p->layouts[input], *out_layout = &p->layouts[node];
+  int buffer = p->value_buffer[input];
+  mtf_shape shape = local_shape(p, input);
+  int64_t offsets[MTF_MAX_RANK] = {0}, out_offsets[MTF_MAX_RANK];
+  mtf_layout_slice_offset(out_layout, &p->mesh, p->coord, out_offsets);
+  int need_slice = 0;
+  if (same_sizes(&in_layout->shape, &out_layout->shape)) {
+    /* A rename: dimension i stays dimension i; only splits that change move data. */
+    for (int d = 0; d < shape.rank; d++) {
+      int from = in_layout->mesh_axis[d], to = out_layout->mesh_axis[d];
+      if (from == to) continue;
+      if (from >= 0) MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, from));
+      if (to >= 0) {
+        offsets[d] = out_offsets[d];
+        need_slice = 1;
+      }
+    }
+  } else {
+    /* A true reshape moves elements across dimensions: assemble the whole tensor, then cut this
+     * rank's slice of the new shape. */
+    for (int d = 0; d < shape.rank; d++)
+      if (in_layout->mesh_axis[d] >= 0) MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, in_layout->mesh_axis[d]));
+    shape = out_layout->shape;
+    for (int d = 0; d < shape.rank; d++)
+      if (out_layout->mesh_axis[d] >= 0) {
+        offsets[d] = out_offsets[d];
+        need_slice = 1;
+      }
+  }
+  if (!need_slice) {
+    p->value_buffer[node] = buffer; /* same bytes, new names */
+    return MTF_OK;
+  }
+  if (!same_sizes(&in_layout->shape, &out_layout->shape)) shape = out_layout->shape;
+  for (int d = 0; d < shape.rank; d++) snprintf(shape.dims[d].name, MTF_NAME_MAX, "%s", out_layout->shape.dims[d].name);
+  return slice_to(lw, node, buffer, &shape, offsets);
+}
+
+static int lower_node(lowering *lw, int node) {
+  mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_shape local = local_shape(p, node);
+  switch (n->kind) {
+    case MTF_OP_INPUT:
+    case MTF_OP_VARIABLE: {
+      int b = new_buffer(lw, n->kind == MTF_OP_INPUT ? MTF_BUF_INPUT : MTF_BUF_VARIABLE, &local, node);
+      if (b < 0) return -b;
+      p->value_buffer[node] = b;
+      p->stats.variable_bytes += n->kind == MTF_OP_VARIABLE ? (int64_t)sizeof(float) * p->buffers[b].elements : 0;
+      return MTF_OK;
+    }
+    case MTF_OP_EINSUM: {
+      mtf_axis_set reduced;
+      MTF_CHECK(lower_reduction(lw, node, &reduced));
+      lw->pending[p->value_buffer[node]] = reduced; /* summed when a consumer needs the total */
+      return MTF_OK;
+    }
+    case MTF_OP_REDUCE_MAX: {
+      mtf_axis_set reduced;
+      MTF_CHECK(lower_reduction(lw, node, &reduced));
+      if (!reduced) return MTF_OK;
+      int b = p->value_buffer[node];
+      mtf_step s;
+      memset(&s, 0, sizeof s);
+      s.kind = MTF_STEP_ALLREDUCE;
+      s.node = node;
+      s.out = s.in[0] = b;
+      s.n_in = 1;
+      s.out_shape = s.in_shape[0] = local;
+      s.axes = reduced;
+      s.reduce_op = MTF_REDUCE_MAX;
+      count_collective(p, MTF_COLL_ALLREDUCE, reduced, mtf_shape_num_elements(&local));
+      return add_step(lw, &s);
+    }
+    case MTF_OP_BINARY: {
+      /* Sums and differences of partial sums over the same axes stay partial: one allreduce later. */
+      int a = p->value_buffer[n->inputs[0]], b = p->value_buffer[n->inputs[1]];
+      int linear = n->sub == MTF_BIN_ADD || n->sub == MTF_BIN_SUB;
+      return lower_local(lw, node, linear && lw->pending[a] != 0 && lw->pending[a] == lw->pending[b]);
+    }
+    case MTF_OP_UNARY: {
+      int scaling = n->sub == MTF_UN_AFFINE && n->b == 0.0f;
+      return lower_local(lw, node, scaling);
+    }
+    case MTF_OP_RESHAPE: return lower_reshape(lw, node);
+    case MTF_OP_STOP_GRADIENT: p->value_buffer[node] = p->value_buffer[n->inputs[0]]; return MTF_OK;
+    default: return lower_local(lw, node, 0); /* constant, range, broadcast, one_hot, random */
+  }
+}
+
+static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, mtf_error *err) {
+  for (int i = 0; i < n_fetches; i++) {
+    if (fetches[i] < 0 || fetches[i] >= g->n_nodes)
+      return mtf_error_set(err, MTF_ERR_INVALID, "plan: fetch %d is not a tensor of the graph", fetches[i]);
+    p->needed[fetches[i]] = 1;
+  }
+  for (int i = 0; i < g->n_assigns; i++) p->needed[g->assigns[i].variable] = p->needed[g->assigns[i].value] = 1;
+  for (int i = g->n_nodes - 1; i >= 0; i--)
+    if (p->needed[i])
+      for (int k = 0; k < g->nodes[i].n_inputs; k++) p->needed[g->nodes[i].inputs[k]] = 1;
+  return MTF_OK;
+}
+
+static int check_layouts(mtf_plan *p, const mtf_graph *g, const mtf_layout_rules *rules, mtf_error *err) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (!p->needed[i]) continue;
+    int rc = mtf_tensor_layout_make(rules, &p->mesh, g->nodes[i].name, &g->nodes[i].shape, &p->layouts[i], err);
+    if (rc) {
+      char mesh_text[MTF_SHAPE_STR_MAX];
+      return mtf_error_prefix(err, "layout for mesh %s", mtf_shape_format(&p->mesh, mesh_text, sizeof mesh_text));
+    }
+  }
+  return MTF_OK;
+}
+
+int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
+                    int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err) {
+  *out = NULL;
+  if (g->error.code != MTF_OK) {
+    *err = g->error;
+    return mtf_error_prefix(err, "graph");
+  }
+  MTF_CHECK(mtf_mesh_validate(mesh, err));
+  if (mesh_rank < 0 || mesh_rank >= mtf_mesh_size(mesh))
+    return mtf_error_set(err, MTF_ERR_INVALID, "plan: rank %d is outside the mesh of %d", mesh_rank, mtf_mesh_size(mesh));
+  mtf_plan *p = calloc(1, sizeof *p);
+  int count = g->n_nodes;
+  lowering lw = {.plan = p, .g = g, .err = err};
+  if (!p) return mtf_error_set(err, MTF_ERR_NOMEM, "plan: out of memory");
+  p->graph = g;
+  p->mesh = *mesh;
+  p->mesh_rank = mesh_rank;
+  mtf_mesh_rank_to_coord(mesh, mesh_rank, p->coord);
+  p->layouts = calloc((size_t)count + 1, sizeof *p->layouts);
+  p->needed = calloc((size_t)count + 1, 1);
+  p->value_buffer = malloc(sizeof(int) * ((size_t)count + 1));
+  p->fetch_nodes = malloc(sizeof(int) * ((size_t)n_fetches + 1));
+  int rc = !p->layouts || !p->needed || !p->value_buffer || !p->fetch_nodes
+               ? mtf_error_set(err, MTF_ERR_NOMEM, "plan: out of memory")
+               : MTF_OK;
+  if (rc == MTF_OK) {
+    for (int i = 0; i < count; i++) p->value_buffer[i] = -1;
+    memcpy(p->fetch_nodes, fetches, sizeof(int) * (size_t)n_fetches);
+    p->n_fetches = n_fetches;
+    rc = mark_needed(p, g, n_fetches, fetches, err);
+  }
+  if (rc == MTF_OK) rc = check_layouts(p, g, rules, err);
+  for (int i = 0; i < count && rc == MTF_OK; i++)
+    if (p->needed[i]) rc = lower_node(&lw, i);
+  for (int i = 0; i < n_fetches && rc == MTF_OK; i++) {
+    rc = materialize(&lw, fetches[i]);
+    p->buffers[p->value_buffer[fetches[i]]].last_step = INT_MAX; /* read after the run */
+  }
+  for (int i = 0; i < g->n_assigns && rc == MTF_OK; i++) {
+    int variable = g->assigns[i].variable, value = g->assigns[i].value;
+    rc = materialize(&lw, value);
+    if (rc) break;
+    mtf_step s;
+    memset(&s, 0, sizeof s);
+    s.kind = MTF_STEP_COPY;
+    s.node = variable;
+    s.out = p->value_buffer[variable];
+    s.in[0] = p->value_buffer[value];
+    s.n_in = 1;
+    s.out_shape = s.in_shape[0] = local_shape(p, variable);
+    rc = add_step(&lw, &s);
+  }
+  free(lw.pending);
+  if (rc != MTF_OK) {
+    mtf_plan_destroy(p);
+    return rc;
+  }
+  p->arena_elements = mtf_plan_assign_memory(p);
+  p->stats.peak_bytes = p->arena_elements * (int64_t)sizeof(float);
+  for (int b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == MTF_BUF_ARENA) p->stats.naive_bytes += p->buffers[b].elements * (int64_t)sizeof(float);
+  p->stats.steps = p->n_steps;
+  *out = p;
+  return MTF_OK;
+}
+
+void mtf_plan_destroy(mtf_plan *plan) {
+  if (!plan) return;
+  free(plan->layouts);
+  free(plan->needed);
+  free(plan->value_buffer);
+  free(plan->fetch_nodes);
+  free(plan->steps);
+  free(plan->buffers);
+  free(plan);
+}
+
+const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan) { return &plan->stats; }
+
+const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t) {
+  if (t < 0 || t >= plan->graph->n_nodes || !plan->needed[t]) return NULL;
+  return &plan->layouts[t];
+}

@@ -1,0 +1,61 @@
+/* The per-rank plan: a flat list of steps over buffers. Lowering (lower.c) builds it from the graph, the
+ * mesh, the layout and one mesh coordinate, with no MPI; the memory planner (memory.c) gives every
+ * arena buffer an offset; the executor (exec/) runs the steps in order. */
+#ifndef MTF_LOWER_PLAN_H
+#define MTF_LOWER_PLAN_H
+
+#include "graph/graph.h"
+
+typedef enum mtf_buffer_kind { MTF_BUF_ARENA, MTF_BUF_VARIABLE, MTF_BUF_INPUT } mtf_buffer_kind;
+
+typedef struct mtf_buffer {
+  mtf_buffer_kind kind;
+  int64_t elements;
+  int64_t offset;  /* arena: element offset from the memory planner; variable/input: index of its storage */
+  int first_step;  /* writes start here */
+  int last_step;   /* last reader; INT_MAX when it must survive the run (fetches) */
+  int node;        /* graph node whose value it holds (for messages) */
+} mtf_buffer;
+
+typedef enum mtf_step_kind {
+  MTF_STEP_KERNEL,    /* the node's primitive on local slices */
+  MTF_STEP_ALLREDUCE, /* in place over `axes` with `reduce_op` */
+  MTF_STEP_ALLGATHER, /* in (shape in_shape[0]) -> out, concatenated along tensor axis `tensor_axis` */
+  MTF_STEP_SLICE,     /* out = in[offsets ...] with out_shape */
+  MTF_STEP_COPY,      /* out = in (assign to a variable) */
+} mtf_step_kind;
+
+typedef struct mtf_step {
+  mtf_step_kind kind;
+  int node;
+  int out, in[2], n_in;
+  mtf_shape out_shape, in_shape[2];   /* local shapes */
+  int64_t offsets[MTF_MAX_RANK];      /* slice: start per dim; kernels: global offset of out's slice */
+  mtf_axis_set axes;
+  mtf_reduce_op reduce_op;
+  int tensor_axis;
+} mtf_step;
+
+struct mtf_plan {
+  const mtf_graph *graph;
+  mtf_shape mesh;
+  int mesh_rank;
+  int coord[MTF_MAX_MESH_AXES];
+  mtf_tensor_layout *layouts; /* per node (valid where needed[node]) */
+  char *needed;
+  int *value_buffer;          /* per node: buffer holding its materialized local slice, or -1 */
+  mtf_step *steps;
+  int n_steps, cap_steps;
+  mtf_buffer *buffers;
+  int n_buffers, cap_buffers;
+  int64_t arena_elements;
+  int n_variables, n_inputs;  /* storage slots */
+  int *fetch_nodes;
+  int n_fetches;
+  mtf_plan_stats stats;
+};
+
+/* memory.c: assigns arena offsets by liveness; returns the arena size in elements. */
+int64_t mtf_plan_assign_memory(mtf_plan *plan);
+
+#endif

@@ -1,0 +1,179 @@
+/* libmtf — Mesh TensorFlow's model parallelism as a C library.
+ *
+ * Build a logical graph of tensors with named dimensions (no ranks anywhere), take gradients, then lower
+ * it for a mesh, a layout and one mesh coordinate into a per-rank plan, and run that plan with a
+ * communicator. Any valid layout computes the same numbers as one process.
+ *
+ *   mtf_graph *g = mtf_graph_create(seed);
+ *   mtf_shape xs;  mtf_shape_parse("batch:64,d_in:32", "x", &xs, NULL);
+ *   mtf_tensor x = mtf_input(g, "x", &xs);
+ *   mtf_tensor w = mtf_variable(g, "w", &ws, MTF_INIT_NORMAL, 0.1f);
+ *   mtf_tensor h = mtf_relu(g, mtf_einsum2(g, x, w, &hs));     // contracts d_in
+ *   ...
+ *   mtf_plan *plan;  mtf_plan_create(g, &mesh, &rules, rank, fetches, n, &plan, &err);   // pure
+ *   mtf_session *s;  mtf_session_create(plan, comm, &s, &err);                          // MPI
+ *   mtf_session_set_input(s, x, data, &err);  mtf_session_run(s, &err);
+ *
+ * Builder calls never fail loudly: the first error (a shape that does not fit, an unknown dimension)
+ * is kept in the graph, later calls return MTF_NO_TENSOR, and mtf_graph_status() reports it. */
+#ifndef MTF_H
+#define MTF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "core/error.h"
+#include "core/layout.h"
+#include "core/mesh.h"
+#include "core/shape.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mtf_graph mtf_graph;
+typedef int mtf_tensor; /* a tensor of a graph; MTF_NO_TENSOR after an error */
+#define MTF_NO_TENSOR (-1)
+
+typedef enum mtf_init { MTF_INIT_ZEROS, MTF_INIT_ONES, MTF_INIT_NORMAL, MTF_INIT_UNIFORM } mtf_init;
+
+/* ---- graph ---- */
+mtf_graph *mtf_graph_create(uint64_t seed);
+void mtf_graph_destroy(mtf_graph *g);
+/* MTF_OK, or the first builder error (err gets its message). */
+int mtf_graph_status(const mtf_graph *g, mtf_error *err);
+const mtf_shape *mtf_tensor_shape(const mtf_graph *g, mtf_tensor t);
+const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t);
+/* Gives a tensor a name used in messages and plans ("layer_000/attn/logits"). */
+mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name);
+
+/* ---- sources ---- */
+mtf_tensor mtf_input(mtf_graph *g, const char *name, const mtf_shape *shape);
+/* A trainable variable. Its value depends only on (graph seed, name, global element index): the same
+ * on every mesh and layout. `scale` is the stddev (normal), half-width (uniform) or value (ones). */
+mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale);
+mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value);
+/* Values 0..n-1 along dimension `dim` (shape [dim]). */
+mtf_tensor mtf_range(mtf_graph *g, const mtf_dim *dim);
+
+/* ---- einsum and reductions ---- */
+/* Contracts every dimension that is in an input but not in output_shape; output dims by name. */
+mtf_tensor mtf_einsum(mtf_graph *g, int n_inputs, const mtf_tensor *inputs, const mtf_shape *output_shape);
+mtf_tensor mtf_einsum2(mtf_graph *g, mtf_tensor a, mtf_tensor b, const mtf_shape *output_shape);
+mtf_tensor mtf_reduce_sum(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape);
+mtf_tensor mtf_reduce_mean(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape);
+mtf_tensor mtf_reduce_max(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape);
+/* Sums / takes the max over one named dimension. */
+mtf_tensor mtf_reduce_sum_dim(mtf_graph *g, mtf_tensor x, const char *dim);
+mtf_tensor mtf_reduce_max_dim(mtf_graph *g, mtf_tensor x, const char *dim);
+mtf_tensor mtf_logsumexp(mtf_graph *g, mtf_tensor x, const char *dim);
+mtf_tensor mtf_broadcast(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape);
+
+/* ---- elementwise (binary ops broadcast by dimension name; output dims: a's, then b's new ones) ---- */
+mtf_tensor mtf_add(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_subtract(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_multiply(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_divide(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b);      /* 1 where a == b, else 0 */
+mtf_tensor mtf_less_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* 1 where a <= b, else 0 */
+mtf_tensor mtf_scalar_add(mtf_graph *g, mtf_tensor x, float c);
+mtf_tensor mtf_scalar_multiply(mtf_graph *g, mtf_tensor x, float c);
+mtf_tensor mtf_exp(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_log(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_rsqrt(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_sqrt(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_square(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_tanh(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_sigmoid(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x); /* tanh approximation */
+mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x);
+
+/* ---- composites (built from the ops above, so they lower and differentiate like them) ---- */
+mtf_tensor mtf_softmax(mtf_graph *g, mtf_tensor x, const char *dim);
+mtf_tensor mtf_log_softmax(mtf_graph *g, mtf_tensor x, const char *dim);
+/* x / rms(x) * scale over `dim` (scale has shape [dim]). */
+mtf_tensor mtf_rms_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, float epsilon);
+mtf_tensor mtf_layer_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, mtf_tensor bias,
+                          float epsilon);
+/* indices hold integer values (as floats); the result gains dimension `dim`. */
+mtf_tensor mtf_one_hot(mtf_graph *g, mtf_tensor indices, const mtf_dim *dim);
+/* Embedding lookup: table [vocab, ...] indexed by ids over `vocab_dim`. */
+mtf_tensor mtf_gather(mtf_graph *g, mtf_tensor table, mtf_tensor ids, const char *vocab_dim);
+/* Per-position cross-entropy of logits over `vocab_dim` against integer labels, plus z_loss * lse^2. */
+mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, const char *vocab_dim,
+                                     float z_loss);
+/* x where mask is 1, `fill` where it is 0 (mask broadcasts by name). */
+mtf_tensor mtf_masked_fill(mtf_graph *g, mtf_tensor x, mtf_tensor mask, float fill);
+/* Keeps x[query_dim = i, memory_dim = j] for j <= i and fills the rest with -1e9. */
+mtf_tensor mtf_causal_mask(mtf_graph *g, mtf_tensor x, const char *query_dim, const char *memory_dim);
+/* Zeroes each element with probability rate and scales the rest by 1/(1-rate); the mask depends only
+ * on (graph seed, key, global element index). rate 0 returns x. */
+mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key);
+
+/* ---- shape changes ---- */
+mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim);
+/* Same number of elements, any new dims (row-major order kept). */
+mtf_tensor mtf_reshape(mtf_graph *g, mtf_tensor x, const mtf_shape *new_shape);
+/* Replaces dims `old` (a contiguous run in x) by the dims of `new_dims`. */
+mtf_tensor mtf_replace_dimensions(mtf_graph *g, mtf_tensor x, const mtf_shape *old_dims, const mtf_shape *new_dims);
+
+/* ---- autodiff ---- */
+/* Adds the backward pass of scalar `loss` to the graph: grads[i] = d loss / d wrt[i] (zeros where wrt[i]
+ * does not reach the loss). Gradients are ordinary ops, so they lower with the same layout rules. */
+int mtf_gradients(mtf_graph *g, mtf_tensor loss, int n, const mtf_tensor *wrt, mtf_tensor *grads);
+
+/* Marks `value` to be written into variable `var` at the end of each run (an optimizer update). */
+int mtf_assign(mtf_graph *g, mtf_tensor var, mtf_tensor value);
+
+/* ---- lowering: pure, for any mesh, in one process ---- */
+typedef struct mtf_plan mtf_plan;
+
+typedef struct mtf_plan_stats {
+  int64_t peak_bytes;       /* planned activation arena per rank */
+  int64_t naive_bytes;      /* sum of all intermediate buffers, for comparison */
+  int64_t variable_bytes;   /* variables held by this rank */
+  int64_t flops;            /* per run, this rank */
+  int64_t comm_bytes[MTF_COLL_KINDS]; /* sent by this rank per run, by collective kind */
+  int64_t comm_calls[MTF_COLL_KINDS];
+  int steps;
+} mtf_plan_stats;
+
+/* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of
+ * the rank at mesh_rank for computing `fetches` and all assigns. */
+int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
+                    int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err);
+void mtf_plan_destroy(mtf_plan *plan);
+const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan);
+/* The layout of a tensor under this plan (split axes, slice shape via core/layout.h). */
+const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t);
+
+/* ---- execution ---- */
+typedef struct mtf_session mtf_session;
+
+typedef struct mtf_session_options {
+  int poison_freed; /* fill buffers with NaN when their last reader is done (checks the memory plan) */
+} mtf_session_options;
+
+/* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
+ * variables get their initial values. */
+int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
+                       mtf_error *err);
+void mtf_session_destroy(mtf_session *s);
+/* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... */
+int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err);
+/* ... or just this rank's slice (row-major over the slice shape). */
+int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err);
+int mtf_session_run(mtf_session *s, mtf_error *err);
+/* A fetched tensor (or variable) as the whole logical tensor, on every rank. Collective: every rank of
+ * the mesh must call it, in the same order. */
+int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err);
+/* This rank's slice of a fetched tensor or a variable (not collective). */
+const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
