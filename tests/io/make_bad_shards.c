@@ -11,9 +11,15 @@
 
 #include "io/shard.h"
 
+/* mkdir -p root/kind (a fresh build tree has no root's parent yet either). */
 static int make_dir(const char *root, const char *kind, char *path, size_t size) {
   snprintf(path, size, "%s/%s", root, kind);
-  mkdir(root, 0777);
+  for (char *p = path + 1; *p; p++)
+    if (*p == '/') {
+      *p = '\0';
+      mkdir(path, 0777);
+      *p = '/';
+    }
   mkdir(path, 0777);
   return 0;
 }
