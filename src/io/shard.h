@@ -43,6 +43,9 @@ typedef struct mtf_shard {
   int64_t file; /* hid_t */
   int64_t dataset;
   mtf_shard_meta meta;
+  int64_t file_space; /* hid_t of the dataset's dataspace, reused by every read */
+  uint16_t *narrow;   /* scratch for uint16 reads, widened by hand (HDF5's conversion path is slow) */
+  int64_t narrow_capacity;
 } mtf_shard;
 
 /* Opens and checks a shard: an HDF5 file, with a 1-D integer `tokens` of uint16 or int32, and a
