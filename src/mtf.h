@@ -45,6 +45,8 @@ void mtf_graph_destroy(mtf_graph *g);
 int mtf_graph_status(const mtf_graph *g, mtf_error *err);
 const mtf_shape *mtf_tensor_shape(const mtf_graph *g, mtf_tensor t);
 const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t);
+/* The variable called name, or MTF_NO_TENSOR (lets a second forward pass reuse the first's variables). */
+mtf_tensor mtf_find_variable(const mtf_graph *g, const char *name);
 /* Gives a tensor a name used in messages and plans ("layer_000/attn/logits"). */
 mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name);
 
@@ -144,6 +146,11 @@ typedef struct mtf_plan_stats {
  * the rank at mesh_rank for computing `fetches` and all assigns. */
 int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
                     int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err);
+/* The same, for `fetches` alone: the graph's assigns are left out (an evaluation plan next to a training
+ * plan of the same graph). */
+int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                    int mesh_rank, int n_fetches, const mtf_tensor *fetches, mtf_plan **out,
+                                    mtf_error *err);
 void mtf_plan_destroy(mtf_plan *plan);
 const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan);
 /* The layout of a tensor under this plan (split axes, slice shape via core/layout.h). */
@@ -154,6 +161,9 @@ typedef struct mtf_session mtf_session;
 
 typedef struct mtf_session_options {
   int poison_freed; /* fill buffers with NaN when their last reader is done (checks the memory plan) */
+  /* Use this session's variables (same graph, same mesh and layout) instead of new ones: e.g. an eval
+   * plan next to the training plan. Variables the other session lacks are created. */
+  const struct mtf_session *share_variables_with;
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
@@ -171,6 +181,11 @@ int mtf_session_run(mtf_session *s, mtf_error *err);
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err);
 /* This rank's slice of a fetched tensor or a variable (not collective). */
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
+/* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on
+ * every layout): set it to the step number before each run. */
+void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);
+/* Seconds spent in collectives since creation (for the communication share of step time). */
+double mtf_session_comm_seconds(const mtf_session *s);
 
 #ifdef __cplusplus
 }

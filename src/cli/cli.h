@@ -11,6 +11,9 @@ void mtf_print_version(FILE *out);
 
 int mtf_cmd_layout(int argc, char **argv);
 int mtf_cmd_commcheck(int argc, char **argv);
+int mtf_cmd_train(int argc, char **argv);
+int mtf_cmd_eval(int argc, char **argv);
+int mtf_cmd_plan(int argc, char **argv);
 int mtf_cmd_data(int argc, char **argv);
 
 #endif

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "exec/backend.h"
 #include "lower/plan.h"
 
@@ -17,6 +19,9 @@ struct mtf_session {
   float **variables; /* by storage slot */
   float **inputs;
   int *poison_start, *poison_list; /* CSR: arena buffers whose last reader is step s */
+  char *borrowed;                  /* per variable slot: storage owned by another session */
+  uint64_t random_offset;
+  double comm_seconds;
 };
 
 static float *buffer_data(const mtf_session *s, int buffer) {
@@ -90,10 +95,21 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
   s->arena = s->ops->alloc(plan->arena_elements);
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(float *));
   s->inputs = calloc((size_t)plan->n_inputs + 1, sizeof(float *));
-  int ok = s->arena && s->variables && s->inputs && build_poison_lists(s) == MTF_OK;
+  s->borrowed = calloc((size_t)plan->n_variables + 1, 1);
+  int ok = s->arena && s->variables && s->inputs && s->borrowed && build_poison_lists(s) == MTF_OK;
+  const mtf_session *other = s->options.share_variables_with;
+  if (other && (other->plan->graph != plan->graph || !mtf_shape_equal(&other->plan->mesh, &plan->mesh))) {
+    mtf_session_destroy(s);
+    return mtf_error_set(err, MTF_ERR_INVALID, "session: variables can only be shared between plans of one graph and mesh");
+  }
   for (int b = 0; b < plan->n_buffers && ok; b++) {
     const mtf_buffer *buf = &plan->buffers[b];
     if (buf->kind == MTF_BUF_ARENA) continue;
+    if (buf->kind == MTF_BUF_VARIABLE && other && other->plan->value_buffer[buf->node] >= 0) {
+      s->variables[buf->offset] = buffer_data(other, other->plan->value_buffer[buf->node]);
+      s->borrowed[buf->offset] = 1;
+      continue;
+    }
     float *data = s->ops->alloc(buf->elements);
     if (!data) {
       ok = 0;
@@ -119,7 +135,8 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
 void mtf_session_destroy(mtf_session *s) {
   if (!s) return;
   if (s->variables)
-    for (int i = 0; i < s->plan->n_variables; i++) s->ops->release(s->variables[i]);
+    for (int i = 0; i < s->plan->n_variables; i++)
+      if (!s->borrowed || !s->borrowed[i]) s->ops->release(s->variables[i]);
   if (s->inputs)
     for (int i = 0; i < s->plan->n_inputs; i++) s->ops->release(s->inputs[i]);
   s->ops->release(s->arena);
@@ -127,6 +144,7 @@ void mtf_session_destroy(mtf_session *s) {
   free(s->inputs);
   free(s->poison_start);
   free(s->poison_list);
+  free(s->borrowed);
   free(s);
 }
 
@@ -179,7 +197,8 @@ static int run_kernel(mtf_session *s, const mtf_step *st) {
       break;
     }
     case MTF_OP_RANDOM_KEEP:
-      ops->random_keep(p->graph->seed, n->key, n->a, &n->shape, &st->out_shape, st->offsets, out);
+      ops->random_keep(p->graph->seed, n->key + s->random_offset * 0x9e3779b97f4a7c15ULL, n->a, &n->shape,
+                       &st->out_shape, st->offsets, out);
       break;
     default: return MTF_ERR_INVALID;
   }
@@ -194,13 +213,21 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       if (run_kernel(s, st) != MTF_OK)
         return mtf_error_set(err, MTF_ERR_INVALID, "internal: no kernel for '%s'", s->plan->graph->nodes[st->node].name);
       return MTF_OK;
-    case MTF_STEP_ALLREDUCE:
-      return mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
-                                st->reduce_op, err);
-    case MTF_STEP_ALLGATHER:
+    case MTF_STEP_ALLREDUCE: {
+      double start = MPI_Wtime();
+      int rc = mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
+                                  st->reduce_op, err);
+      s->comm_seconds += MPI_Wtime() - start;
+      return rc;
+    }
+    case MTF_STEP_ALLGATHER: {
       for (int d = 0; d < st->in_shape[0].rank; d++) dims[d] = st->in_shape[0].dims[d].size;
-      return mtf_comm_allgather(s->comm, st->axes, buffer_data(s, st->in[0]), out, MTF_F32, st->in_shape[0].rank, dims,
-                                st->tensor_axis, err);
+      double start = MPI_Wtime();
+      int rc = mtf_comm_allgather(s->comm, st->axes, buffer_data(s, st->in[0]), out, MTF_F32, st->in_shape[0].rank,
+                                  dims, st->tensor_axis, err);
+      s->comm_seconds += MPI_Wtime() - start;
+      return rc;
+    }
     case MTF_STEP_SLICE:
       s->ops->slice(&st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out);
       return MTF_OK;
@@ -263,3 +290,7 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
   free(next);
   return rc;
 }
+
+void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
+
+double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }

@@ -71,6 +71,12 @@ const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t) {
   return t >= 0 && t < g->n_nodes ? g->nodes[t].name : "(no tensor)";
 }
 
+mtf_tensor mtf_find_variable(const mtf_graph *g, const char *name) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].kind == MTF_OP_VARIABLE && strcmp(g->nodes[i].name, name) == 0) return i;
+  return MTF_NO_TENSOR;
+}
+
 mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name) {
   if (!mtf_graph_check(g, t, "set_name")) return MTF_NO_TENSOR;
   snprintf(g->nodes[t].name, sizeof g->nodes[t].name, "%s", name);

@@ -321,13 +321,15 @@ static int lower_node(lowering *lw, int node) {
   }
 }
 
-static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, mtf_error *err) {
+static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int with_assigns,
+                       mtf_error *err) {
   for (int i = 0; i < n_fetches; i++) {
     if (fetches[i] < 0 || fetches[i] >= g->n_nodes)
       return mtf_error_set(err, MTF_ERR_INVALID, "plan: fetch %d is not a tensor of the graph", fetches[i]);
     p->needed[fetches[i]] = 1;
   }
-  for (int i = 0; i < g->n_assigns; i++) p->needed[g->assigns[i].variable] = p->needed[g->assigns[i].value] = 1;
+  for (int i = 0; with_assigns && i < g->n_assigns; i++)
+    p->needed[g->assigns[i].variable] = p->needed[g->assigns[i].value] = 1;
   for (int i = g->n_nodes - 1; i >= 0; i--)
     if (p->needed[i])
       for (int k = 0; k < g->nodes[i].n_inputs; k++) p->needed[g->nodes[i].inputs[k]] = 1;
@@ -346,8 +348,8 @@ static int check_layouts(mtf_plan *p, const mtf_graph *g, const mtf_layout_rules
   return MTF_OK;
 }
 
-int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
-                    int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err) {
+static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
+                       int n_fetches, const mtf_tensor *fetches, int with_assigns, mtf_plan **out, mtf_error *err) {
   *out = NULL;
   if (g->error.code != MTF_OK) {
     *err = g->error;
@@ -375,7 +377,7 @@ int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_
     for (int i = 0; i < count; i++) p->value_buffer[i] = -1;
     memcpy(p->fetch_nodes, fetches, sizeof(int) * (size_t)n_fetches);
     p->n_fetches = n_fetches;
-    rc = mark_needed(p, g, n_fetches, fetches, err);
+    rc = mark_needed(p, g, n_fetches, fetches, with_assigns, err);
   }
   if (rc == MTF_OK) rc = check_layouts(p, g, rules, err);
   for (int i = 0; i < count && rc == MTF_OK; i++)
@@ -384,7 +386,7 @@ int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_
     rc = materialize(&lw, fetches[i]);
     p->buffers[p->value_buffer[fetches[i]]].last_step = INT_MAX; /* read after the run */
   }
-  for (int i = 0; i < g->n_assigns && rc == MTF_OK; i++) {
+  for (int i = 0; with_assigns && i < g->n_assigns && rc == MTF_OK; i++) {
     int variable = g->assigns[i].variable, value = g->assigns[i].value;
     rc = materialize(&lw, value);
     if (rc) break;
@@ -410,6 +412,17 @@ int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_
   p->stats.steps = p->n_steps;
   *out = p;
   return MTF_OK;
+}
+
+int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
+                    int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err) {
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, out, err);
+}
+
+int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                    int mesh_rank, int n_fetches, const mtf_tensor *fetches, mtf_plan **out,
+                                    mtf_error *err) {
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, out, err);
 }
 
 void mtf_plan_destroy(mtf_plan *plan) {

@@ -1,0 +1,64 @@
+/* The run configuration: one YAML file with sections model, mesh, train, data, run, backend (README,
+ * "Config reference"). Every key is declared once in a schema (config.c) with its type, default, range
+ * and help; parsing, `--set key.path=value` overrides, validation and printing the resolved config all
+ * follow that table. Errors say file:line:column, the key, what is wrong and how to fix it; an unknown
+ * key gets a "did you mean". Pure C + libyaml, no MPI (callers parse on rank 0 and broadcast the struct,
+ * which holds no pointers). */
+#ifndef MTF_CONFIG_CONFIG_H
+#define MTF_CONFIG_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/error.h"
+#include "core/layout.h"
+#include "core/shape.h"
+
+#define MTF_CONFIG_TEXT 256
+#define MTF_CONFIG_PATH 512
+
+typedef struct mtf_model_config {
+  int64_t vocab, d_model, d_ff, heads, d_kv, layers, length;
+  char norm[MTF_CONFIG_TEXT];       /* rms | layer */
+  char activation[MTF_CONFIG_TEXT]; /* relu | gelu */
+  int tie_embeddings;
+  double dropout, z_loss;
+} mtf_model_config;
+
+typedef struct mtf_train_config {
+  int64_t batch, steps, seed, log_every;
+  char optimizer[MTF_CONFIG_TEXT]; /* adafactor | adamw | sgd */
+  double learning_rate, min_learning_rate;
+  char schedule[MTF_CONFIG_TEXT];  /* constant | linear_warmup | rsqrt | cosine | linear_decay */
+  int64_t warmup_steps;
+  double clip_grad_norm, weight_decay, beta1, beta2, momentum;
+  int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;
+} mtf_train_config;
+
+typedef struct mtf_config {
+  char source[MTF_CONFIG_PATH]; /* the file it came from */
+  mtf_model_config model;
+  mtf_shape mesh_shape;
+  char mesh_layout[MTF_CONFIG_PATH];
+  mtf_layout_rules layout;      /* parsed mesh_layout */
+  mtf_train_config train;
+  char data_train[MTF_CONFIG_PATH], data_eval[MTF_CONFIG_PATH];
+  char run_dir[MTF_CONFIG_PATH];
+  char backend[MTF_CONFIG_TEXT]; /* cpu */
+  int64_t threads;               /* BLAS threads per rank; 0 = leave OpenBLAS's default */
+} mtf_config;
+
+/* Defaults for every key. */
+void mtf_config_defaults(mtf_config *cfg);
+/* Reads a YAML file over the current values. */
+int mtf_config_load_file(mtf_config *cfg, const char *path, mtf_error *err);
+/* Parses YAML text (source names it in messages). */
+int mtf_config_load_text(mtf_config *cfg, const char *text, size_t length, const char *source, mtf_error *err);
+/* Applies one `key.path=value` override. */
+int mtf_config_set(mtf_config *cfg, const char *assignment, mtf_error *err);
+/* Range and cross-key checks after all sources are applied (the layout is parsed here). */
+int mtf_config_validate(mtf_config *cfg, mtf_error *err);
+/* Writes the resolved config as YAML (every key, in schema order). */
+void mtf_config_print(const mtf_config *cfg, FILE *out);
+
+#endif

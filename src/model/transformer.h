@@ -1,0 +1,35 @@
+/* The decoder-only language model of the config's `model` section, built with named dimensions:
+ * tokens [batch, length] -> embedding [vocab, d_model] + positions [length, d_model] -> layers x
+ * (norm -> causal self-attention (wq, wk, wv [d_model, heads, d_kv], wo [heads, d_kv, d_model], keys and
+ * values renamed to memory_length) -> residual; norm -> wi [d_model, d_ff], activation, wo [d_ff, d_model]
+ * -> residual) -> final norm -> logits (tied: embedding scaled by d_model^-0.5; else unembed/w
+ * [d_model, vocab]) -> mean softmax cross-entropy (+ z-loss).
+ *
+ * Variable names are stable, since checkpoints use them: embed/wte, embed/wpe,
+ * layer_NNN/attn/{norm_scale, norm_bias, wq, wk, wv, wo}, layer_NNN/mlp/{norm_scale, norm_bias, wi, wo},
+ * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied). */
+#ifndef MTF_MODEL_TRANSFORMER_H
+#define MTF_MODEL_TRANSFORMER_H
+
+#include "config/config.h"
+#include "mtf.h"
+
+typedef struct mtf_transformer {
+  mtf_tensor tokens, targets; /* inputs [batch, length] holding token ids */
+  mtf_tensor logits;          /* [batch, length, vocab] */
+  mtf_tensor loss;            /* scalar: mean cross-entropy (+ z-loss) */
+  mtf_tensor token_loss;      /* scalar: mean cross-entropy alone (for eval and perplexity) */
+  int n_params;
+  mtf_tensor *params;         /* the model's variables (malloc'd) */
+  int64_t param_count;        /* elements in all params */
+} mtf_transformer;
+
+/* Builds into g. `dropout` overrides the config's rate (0 in eval); `batch` is the global batch. */
+int mtf_transformer_build(mtf_graph *g, const mtf_model_config *model, int64_t batch, float dropout,
+                          mtf_transformer *out, mtf_error *err);
+void mtf_transformer_free(mtf_transformer *t);
+
+/* Model FLOPs per token for training (forward + backward): 6 N + 12 layers length heads d_kv. */
+double mtf_transformer_flops_per_token(const mtf_model_config *model, int64_t param_count);
+
+#endif
