@@ -1,0 +1,77 @@
+/* Learning-rate schedules (formulas in schedule.h). Host-side doubles: the result is fed to the graph. */
+#include "train/schedule.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *const schedule_names[] = {"constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"};
+enum { SCHEDULE_KINDS = sizeof schedule_names / sizeof schedule_names[0] };
+
+int mtf_schedule_parse_kind(const char *name, mtf_schedule_kind *kind, mtf_error *err) {
+  for (int k = 0; k < SCHEDULE_KINDS; k++)
+    if (name && strcmp(name, schedule_names[k]) == 0) {
+      *kind = (mtf_schedule_kind)k;
+      return MTF_OK;
+    }
+  return mtf_error_set(err, MTF_ERR_PARSE,
+                       "unknown learning-rate schedule '%s': valid schedules are constant, linear_warmup, rsqrt, "
+                       "cosine, linear_decay",
+                       name ? name : "(null)");
+}
+
+const char *mtf_schedule_kind_name(mtf_schedule_kind kind) {
+  return (int)kind >= 0 && (int)kind < SCHEDULE_KINDS ? schedule_names[kind] : "unknown";
+}
+
+int mtf_schedule_validate(const mtf_schedule_config *cfg, mtf_error *err) {
+  const char *name = mtf_schedule_kind_name(cfg->kind);
+  if ((int)cfg->kind < 0 || (int)cfg->kind >= SCHEDULE_KINDS)
+    return mtf_error_set(err, MTF_ERR_INVALID, "learning-rate schedule: unknown kind %d", (int)cfg->kind);
+  if (!(cfg->learning_rate >= 0) || !isfinite(cfg->learning_rate))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s schedule: learning rate %g must be a finite number >= 0", name,
+                         cfg->learning_rate);
+  if (cfg->warmup_steps < 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s schedule: warmup steps %lld must be >= 0", name,
+                         (long long)cfg->warmup_steps);
+  if (cfg->kind == MTF_SCHEDULE_COSINE || cfg->kind == MTF_SCHEDULE_LINEAR_DECAY) {
+    if (cfg->total_steps <= cfg->warmup_steps)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "%s schedule: total steps (%lld) must be more than the warmup steps (%lld): the rate "
+                           "decays over the steps between them",
+                           name, (long long)cfg->total_steps, (long long)cfg->warmup_steps);
+    if (!(cfg->min_learning_rate >= 0) || cfg->min_learning_rate > cfg->learning_rate)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "%s schedule: min learning rate %g must be between 0 and the learning rate %g", name,
+                           cfg->min_learning_rate, cfg->learning_rate);
+  }
+  return MTF_OK;
+}
+
+/* Fraction of the decay phase (after warmup, up to total_steps) done at step t, in [0, 1]. */
+static double decay_progress(const mtf_schedule_config *cfg, double t) {
+  double span = (double)(cfg->total_steps - cfg->warmup_steps);
+  if (span <= 0) return 1.0;
+  double p = (t - (double)cfg->warmup_steps) / span;
+  return p < 0 ? 0 : (p > 1 ? 1 : p);
+}
+
+double mtf_schedule_learning_rate(const mtf_schedule_config *cfg, int64_t step) {
+  double lr = cfg->learning_rate, min = cfg->min_learning_rate;
+  double t = step < 0 ? 0.0 : (double)step, warmup = (double)cfg->warmup_steps;
+  int in_warmup = warmup > 0 && t < warmup;
+  switch (cfg->kind) {
+    case MTF_SCHEDULE_CONSTANT: return lr;
+    case MTF_SCHEDULE_LINEAR_WARMUP: return in_warmup ? lr * t / warmup : lr;
+    case MTF_SCHEDULE_RSQRT: {
+      double w = warmup > 1 ? warmup : 1.0;
+      return lr * sqrt(w / (t > w ? t : w));
+    }
+    case MTF_SCHEDULE_COSINE:
+      if (in_warmup) return lr * t / warmup;
+      return min + (lr - min) * 0.5 * (1.0 + cos(3.14159265358979323846 * decay_progress(cfg, t)));
+    case MTF_SCHEDULE_LINEAR_DECAY:
+      if (in_warmup) return lr * t / warmup;
+      return min + (lr - min) * (1.0 - decay_progress(cfg, t));
+  }
+  return lr;
+}
