@@ -263,6 +263,10 @@ int mtf_optimizer_apply(mtf_graph *g, const mtf_optimizer_config *cfg, int n, co
                            mtf_shape_format(vs, a, sizeof a));
     }
   }
+  /* lr * (0 * step + 1) is lr exactly, but it makes every optimizer read step: a session refuses inputs its
+   * plan does not use, and a training loop should feed the same inputs whatever the optimizer (SGD would
+   * otherwise leave step unused). */
+  learning_rate = mtf_multiply(g, learning_rate, mtf_scalar_add(g, mtf_scalar_multiply(g, step, 0.0f), 1.0f));
   mtf_tensor norm = MTF_NO_TENSOR, clip_scale = MTF_NO_TENSOR;
   if (grad_norm || cfg->clip_grad_norm > 0) norm = mtf_set_name(g, global_norm(g, n, grads), "optimizer/grad_norm");
   if (cfg->clip_grad_norm > 0) {

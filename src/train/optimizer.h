@@ -72,8 +72,8 @@ int mtf_optimizer_validate(const mtf_optimizer_config *cfg, mtf_error *err);
 
 /* Adds the update of vars[0..n-1] (gradients grads[i], each of its variable's shape) to the graph, creating
  * the slots above. learning_rate and step are scalar (shape []) graph tensors, e.g. inputs fed each run;
- * step is the 1-based step number t; SGD does not read it (nor AdamW with beta1 = beta2 = 0), and a session
- * refuses inputs its plan does not use, so feed it when mtf_plan_layout(plan, step) is not NULL.
+ * step is the 1-based step number t. Every optimizer reads both (SGD reads step only nominally), so a
+ * training loop feeds both each run whatever the optimizer.
  * *grad_norm (when grad_norm is not NULL) gets the global gradient norm before clipping, a scalar tensor
  * to fetch. Returns MTF_OK, or an error in err: an invalid config, a
  * gradient whose shape differs from its variable's, or the graph's (sticky) error. */

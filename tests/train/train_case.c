@@ -72,8 +72,8 @@ int train_case_run(const train_case *tc, const mtf_shape *mesh, const mtf_layout
   for (int t = 1; t <= steps && rc == MTF_OK; t++) {
     float lr = (float)train_case_learning_rate(t), step = (float)t;
     rc = mtf_session_set_input(session, tc->learning_rate, &lr, err);
-    /* SGD never reads the step, and the engine refuses inputs its plan does not use. */
-    if (rc == MTF_OK && mtf_plan_layout(plan, tc->step)) rc = mtf_session_set_input(session, tc->step, &step, err);
+    /* Fed for every optimizer, SGD included: the API promises that every optimizer reads it. */
+    if (rc == MTF_OK) rc = mtf_session_set_input(session, tc->step, &step, err);
     if (rc == MTF_OK) rc = mtf_session_run(session, err);
     if (rc == MTF_OK) rc = mtf_session_fetch(session, tc->grad_norm, &history->grad_norm[t - 1], err);
     for (int i = 0; i < tc->n_vars && rc == MTF_OK; i++) {
