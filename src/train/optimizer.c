@@ -129,8 +129,14 @@ static int apply_sgd(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w
   return mtf_assign(g, w, mtf_subtract(g, w, mtf_multiply(g, direction, lr)));
 }
 
+/* Scalars of the step shared by every variable's update, built once rather than once per variable. */
+typedef struct step_scalars {
+  mtf_tensor correction1, correction2; /* adamw: 1 - beta^t, or MTF_NO_TENSOR when beta is 0 */
+  mtf_tensor decay, mixing;            /* adafactor: 1 - t^-decay_rate and t^-decay_rate */
+} step_scalars;
+
 static int apply_adamw(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w, mtf_tensor grad, mtf_tensor lr,
-                       mtf_tensor step, mtf_error *err) {
+                       const step_scalars *scalars, mtf_error *err) {
   const mtf_shape *shape = mtf_tensor_shape(g, w);
   mtf_tensor m = make_slot(g, w, "adam_m", shape, err);
   mtf_tensor v = m == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adam_v", shape, err);
@@ -140,9 +146,8 @@ static int apply_adamw(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor
       mtf_add(g, mtf_scalar_multiply(g, v, cfg->beta2), mtf_scalar_multiply(g, mtf_square(g, grad), 1.0f - cfg->beta2));
   mtf_assign(g, m, new_m);
   mtf_assign(g, v, new_v);
-  /* beta 0 means no averaging, so there is nothing to correct (and ln 0 would be -inf). */
-  mtf_tensor m_hat = cfg->beta1 > 0 ? mtf_divide(g, new_m, one_minus_power(g, step, cfg->beta1)) : new_m;
-  mtf_tensor v_hat = cfg->beta2 > 0 ? mtf_divide(g, new_v, one_minus_power(g, step, cfg->beta2)) : new_v;
+  mtf_tensor m_hat = scalars->correction1 != MTF_NO_TENSOR ? mtf_divide(g, new_m, scalars->correction1) : new_m;
+  mtf_tensor v_hat = scalars->correction2 != MTF_NO_TENSOR ? mtf_divide(g, new_v, scalars->correction2) : new_v;
   mtf_tensor update = mtf_divide(g, m_hat, mtf_scalar_add(g, mtf_sqrt(g, v_hat), cfg->epsilon));
   if (cfg->weight_decay > 0) update = mtf_add(g, update, mtf_scalar_multiply(g, w, cfg->weight_decay));
   return mtf_assign(g, w, mtf_subtract(g, w, mtf_multiply(g, update, lr)));
@@ -169,11 +174,9 @@ static int factored_dims(const mtf_shape *shape, int64_t min_size, int *row, int
 }
 
 static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w, mtf_tensor grad,
-                           mtf_tensor lr, mtf_tensor step, mtf_error *err) {
+                           mtf_tensor lr, const step_scalars *scalars, mtf_error *err) {
   const mtf_shape shape = *mtf_tensor_shape(g, w);
-  /* mixing = t^-decay_rate = exp(-decay_rate ln t): exactly 1 at t = 1, so the first step sees v = g^2. */
-  mtf_tensor mixing = mtf_exp(g, mtf_scalar_multiply(g, mtf_log(g, step), -cfg->decay_rate));
-  mtf_tensor decay = mtf_scalar_add(g, mtf_scalar_multiply(g, mixing, -1.0f), 1.0f);
+  mtf_tensor decay = scalars->decay, mixing = scalars->mixing;
   mtf_tensor grad_squared = mtf_scalar_add(g, mtf_square(g, grad), cfg->epsilon1);
   mtf_tensor update;
   int row, col;
@@ -274,13 +277,23 @@ int mtf_optimizer_apply(mtf_graph *g, const mtf_optimizer_config *cfg, int n, co
     float c = cfg->clip_grad_norm;
     clip_scale = mtf_divide(g, mtf_constant(g, &scalar_shape, c), max_with_constant(g, mtf_scalar_add(g, norm, 1e-6f), c));
   }
+  step_scalars scalars = {MTF_NO_TENSOR, MTF_NO_TENSOR, MTF_NO_TENSOR, MTF_NO_TENSOR};
+  if (cfg->kind == MTF_OPT_ADAMW) {
+    /* beta 0 means no averaging, so there is nothing to correct (and ln 0 would be -inf). */
+    if (cfg->beta1 > 0) scalars.correction1 = one_minus_power(g, step, cfg->beta1);
+    if (cfg->beta2 > 0) scalars.correction2 = one_minus_power(g, step, cfg->beta2);
+  } else if (cfg->kind == MTF_OPT_ADAFACTOR) {
+    /* mixing = t^-decay_rate = exp(-decay_rate ln t): exactly 1 at t = 1, so the first step sees v = g^2. */
+    scalars.mixing = mtf_exp(g, mtf_scalar_multiply(g, mtf_log(g, step), -cfg->decay_rate));
+    scalars.decay = mtf_scalar_add(g, mtf_scalar_multiply(g, scalars.mixing, -1.0f), 1.0f);
+  }
   for (int i = 0; i < n; i++) {
     mtf_tensor grad = clip_scale == MTF_NO_TENSOR ? grads[i] : mtf_multiply(g, grads[i], clip_scale);
     int rc = MTF_OK;
     switch (cfg->kind) {
       case MTF_OPT_SGD: rc = apply_sgd(g, cfg, vars[i], grad, learning_rate, err); break;
-      case MTF_OPT_ADAMW: rc = apply_adamw(g, cfg, vars[i], grad, learning_rate, step, err); break;
-      case MTF_OPT_ADAFACTOR: rc = apply_adafactor(g, cfg, vars[i], grad, learning_rate, step, err); break;
+      case MTF_OPT_ADAMW: rc = apply_adamw(g, cfg, vars[i], grad, learning_rate, &scalars, err); break;
+      case MTF_OPT_ADAFACTOR: rc = apply_adafactor(g, cfg, vars[i], grad, learning_rate, &scalars, err); break;
     }
     if (rc == MTF_OK) rc = mtf_graph_status(g, err);
     if (rc != MTF_OK)
