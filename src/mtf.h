@@ -171,7 +171,8 @@ typedef struct mtf_session_options {
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
                        mtf_error *err);
 void mtf_session_destroy(mtf_session *s);
-/* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... */
+/* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
+ * the plan does not read is accepted and ignored. */
 int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err);
 /* ... or just this rank's slice (row-major over the slice shape). */
 int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err);

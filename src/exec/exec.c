@@ -151,16 +151,13 @@ void mtf_session_destroy(mtf_session *s) {
 static int input_buffer(const mtf_session *s, mtf_tensor t, mtf_error *err) {
   const mtf_plan *p = s->plan;
   if (t < 0 || t >= p->graph->n_nodes || p->graph->nodes[t].kind != MTF_OP_INPUT)
-    return -mtf_error_set(err, MTF_ERR_INVALID, "set_input: tensor %d is not an input", t);
-  if (p->value_buffer[t] < 0)
-    return -mtf_error_set(err, MTF_ERR_INVALID, "set_input: input '%s' is not used by the plan",
-                          p->graph->nodes[t].name);
-  return p->value_buffer[t];
+    return -mtf_error_set(err, MTF_ERR_INVALID, "set_input: tensor %d is not an input", t); /* never -1 */
+  return p->value_buffer[t]; /* -1: the plan does not read this input, so there is nothing to set */
 }
 
 int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err) {
   int b = input_buffer(s, input, err);
-  if (b < 0) return -b;
+  if (b < 0) return b == -1 ? MTF_OK : -b;
   const mtf_plan *p = s->plan;
   int64_t offsets[MTF_MAX_RANK];
   mtf_layout_slice_offset(&p->layouts[input], &p->mesh, p->coord, offsets);
@@ -171,7 +168,7 @@ int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, m
 
 int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err) {
   int b = input_buffer(s, input, err);
-  if (b < 0) return -b;
+  if (b < 0) return b == -1 ? MTF_OK : -b;
   s->ops->copy(s->plan->buffers[b].elements, slice, buffer_data(s, b));
   return MTF_OK;
 }
