@@ -88,8 +88,11 @@ static int setup(run_state *st, const mtf_config *cfg, int with_training, mtf_er
   memset(st, 0, sizeof *st);
   st->cfg = cfg;
   MPI_Comm_rank(MPI_COMM_WORLD, &st->rank);
-  MTF_CHECK(mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &st->comm, err));
-  int rc = mtf_program_build(cfg, st->comm->rank, &st->program, err);
+  /* Layout errors first (they are the same for every rank, and more useful than a size mismatch). */
+  int rc = mtf_program_build(cfg, 0, &st->program, err);
+  if (rc == MTF_OK && st->rank != 0) mtf_program_free(&st->program);
+  if (rc == MTF_OK) rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &st->comm, err);
+  if (rc == MTF_OK && st->rank != 0) rc = mtf_program_build(cfg, st->comm->rank, &st->program, err);
   if (rc == MTF_OK && with_training) rc = mtf_session_create(st->program.train_plan, st->comm, NULL, &st->train, err);
   if (rc == MTF_OK) {
     mtf_session_options share = {.share_variables_with = st->train};
@@ -102,7 +105,7 @@ static void teardown(run_state *st) {
   mtf_session_destroy(st->eval);
   mtf_session_destroy(st->train);
   mtf_program_free(&st->program);
-  mtf_comm_destroy(st->comm);
+  if (st->comm) mtf_comm_destroy(st->comm);
 }
 
 static int open_loader(const run_state *st, const char *data, uint64_t seed, int prefetch, mtf_loader **out,
