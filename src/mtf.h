@@ -185,6 +185,8 @@ const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
 /* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on
  * every layout): set it to the step number before each run. */
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);
+/* Bytes this session allocated: its activation arena, variables (not those shared) and inputs. */
+int64_t mtf_session_allocated_bytes(const mtf_session *s);
 /* Seconds spent in collectives since creation (for the communication share of step time). */
 double mtf_session_comm_seconds(const mtf_session *s);
 

@@ -22,6 +22,7 @@ struct mtf_session {
   char *borrowed;                  /* per variable slot: storage owned by another session */
   uint64_t random_offset;
   double comm_seconds;
+  int64_t allocated_bytes;
 };
 
 static float *buffer_data(const mtf_session *s, int buffer) {
@@ -93,6 +94,7 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
   s->ops = mtf_cpu_backend();
   if (options) s->options = *options;
   s->arena = s->ops->alloc(plan->arena_elements);
+  s->allocated_bytes = plan->arena_elements * (int64_t)sizeof(float);
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(float *));
   s->inputs = calloc((size_t)plan->n_inputs + 1, sizeof(float *));
   s->borrowed = calloc((size_t)plan->n_variables + 1, 1);
@@ -111,6 +113,7 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
       continue;
     }
     float *data = s->ops->alloc(buf->elements);
+    s->allocated_bytes += buf->elements * (int64_t)sizeof(float);
     if (!data) {
       ok = 0;
       break;
@@ -291,3 +294,5 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
 
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
+
+int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
