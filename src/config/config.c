@@ -347,3 +347,7 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
     fprintf(out, "    # %s\n", spec->help);
   }
 }
+
+int mtf_config_key_count(void) { return (int)KEYS; }
+
+const char *mtf_config_key_path(int index) { return index >= 0 && index < (int)KEYS ? schema[index].path : NULL; }

@@ -58,6 +58,9 @@ int mtf_config_load_text(mtf_config *cfg, const char *text, size_t length, const
 int mtf_config_set(mtf_config *cfg, const char *assignment, mtf_error *err);
 /* Range and cross-key checks after all sources are applied (the layout is parsed here). */
 int mtf_config_validate(mtf_config *cfg, mtf_error *err);
+/* The schema's keys ("model.d_model", ...), for documentation checks. */
+int mtf_config_key_count(void);
+const char *mtf_config_key_path(int index);
 /* Writes the resolved config as YAML (every key, in schema order). */
 void mtf_config_print(const mtf_config *cfg, FILE *out);
 

@@ -1,0 +1,91 @@
+/* The config reader: defaults, sections and keys, types and ranges, file:line:column messages, "did you
+ * mean", --set overrides, the mesh in both spellings, and a README that documents every key. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "config/config.h"
+
+static int load(mtf_config *cfg, const char *text, mtf_error *err) {
+  mtf_config_defaults(cfg);
+  int rc = mtf_config_load_text(cfg, text, strlen(text), "test.yaml", err);
+  return rc ? rc : mtf_config_validate(cfg, err);
+}
+
+int main(int argc, char **argv) {
+  mtf_config *cfg = calloc(1, sizeof *cfg);
+  mtf_error err;
+  CHECK(load(cfg, "model:\n  d_model: 128\n  norm: layer\nmesh:\n  shape: {b: 2, m: 4}\n  layout: \"batch:b;d_ff:m\"\n"
+                  "train: {batch: 32, learning_rate: 3e-4, optimizer: adamw}\nrun: {dir: /tmp/x}\n", &err) == MTF_OK);
+  CHECK(cfg->model.d_model == 128 && strcmp(cfg->model.norm, "layer") == 0 && cfg->model.d_ff == 256);
+  CHECK(cfg->mesh_shape.rank == 2 && cfg->mesh_shape.dims[1].size == 4 && cfg->layout.count == 2);
+  CHECK(cfg->train.batch == 32 && cfg->train.learning_rate == 3e-4 && strcmp(cfg->train.optimizer, "adamw") == 0);
+  CHECK(load(cfg, "mesh: {shape: \"b:2;m:2\"}\n", &err) == MTF_OK && cfg->mesh_shape.rank == 2);
+
+  CHECK(load(cfg, "model:\n  d_modle: 3\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "test.yaml:2:3: model.d_modle: unknown key; did you mean 'model.d_model'?");
+  CHECK(load(cfg, "modle:\n  d_model: 3\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "test.yaml:1:1: unknown section 'modle'; did you mean 'model'?");
+  CHECK(load(cfg, "train:\n  steps: -1\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "test.yaml:2:10: train.steps: -1 is out of range");
+  CHECK(load(cfg, "train:\n  seed: 1.5\n", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "train.seed: '1.5' is not an integer");
+  CHECK(load(cfg, "model:\n  tie_embeddings: maybe\n", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "model.tie_embeddings: 'maybe' is not true or false");
+  CHECK(load(cfg, "model:\n  activation: swish\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "model.activation: 'swish' is not one of relu|gelu");
+  CHECK(load(cfg, "model:\n  layers: [1, 2]\n", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "test.yaml:2:11: model.layers: expected a single value, not a list");
+  CHECK(load(cfg, "mesh:\n  layout: \"batch\"\n", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "mesh.layout", "item 'batch' has no ':'");
+  CHECK(load(cfg, "train: {learning_rate: 0.001, min_learning_rate: 0.01}\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "train.min_learning_rate (0.01) is above train.learning_rate (0.001)");
+  CHECK(load(cfg, "", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "the file is empty");
+
+  mtf_config_defaults(cfg);
+  CHECK(mtf_config_set(cfg, "train.steps=7", &err) == MTF_OK && cfg->train.steps == 7);
+  CHECK(mtf_config_set(cfg, "mesh.shape=b:2,m:2", &err) == MTF_OK && cfg->mesh_shape.rank == 2);
+  CHECK(mtf_config_set(cfg, "train.stepz=7", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "--set train.stepz: unknown key; did you mean 'train.steps'?");
+  CHECK(mtf_config_set(cfg, "train.steps", &err) == MTF_ERR_PARSE);
+  CHECK(mtf_config_set(cfg, "train.steps=many", &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "--set train.steps: 'many' is not an integer");
+  CHECK(mtf_config_load_file(cfg, "/nonexistent/x.yaml", &err) == MTF_ERR_IO);
+
+  /* The printed config reads back to the same values. */
+  FILE *tmp = tmpfile();
+  mtf_config_defaults(cfg);
+  mtf_config_set(cfg, "train.learning_rate=0.123", &err);
+  mtf_config_set(cfg, "mesh.shape=b:2;m:2", &err);
+  mtf_config_print(cfg, tmp);
+  long size = ftell(tmp);
+  rewind(tmp);
+  char *text = calloc((size_t)size + 1, 1);
+  CHECK(fread(text, 1, (size_t)size, tmp) == (size_t)size);
+  fclose(tmp);
+  mtf_config *again = calloc(1, sizeof *again);
+  CHECK(load(again, text, &err) == MTF_OK);
+  CHECK(again->train.learning_rate == 0.123 && again->mesh_shape.rank == 2);
+  free(text);
+  free(again);
+
+  /* The README's config reference names every key. */
+  if (argc > 1) {
+    FILE *readme = fopen(argv[1], "rb");
+    CHECK(readme != NULL);
+    char *doc = calloc(1 << 20, 1);
+    if (readme) {
+      size_t n = fread(doc, 1, (1 << 20) - 1, readme);
+      doc[n] = '\0';
+      fclose(readme);
+    }
+    for (int i = 0; i < mtf_config_key_count(); i++) {
+      char quoted[96];
+      snprintf(quoted, sizeof quoted, "`%s`", mtf_config_key_path(i));
+      CHECK_CONTAINS(doc, quoted);
+    }
+    free(doc);
+  }
+  free(cfg);
+  return check_summary();
+}
