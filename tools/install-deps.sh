@@ -10,6 +10,7 @@ PKGS=(
   libopenblas-dev libyaml-dev               # CPU sgemm, config parser
   slurm-wlm slurmctld slurmd slurm-client munge   # a real local Slurm for the job-template tests
   python3 python3-numpy python3-h5py        # outside readers of our HDF5 files in tests
+  python3-matplotlib                        # tools/plot_metrics.py
   fortunes                                  # default text corpus for the quick start
 )
 
