@@ -182,6 +182,9 @@ int mtf_session_run(mtf_session *s, mtf_error *err);
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err);
 /* This rank's slice of a fetched tensor or a variable (not collective). */
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
+/* Writable storage of a variable's slice on this rank (row-major over its slice shape), for restoring a
+ * checkpoint; NULL when t is not a variable this plan holds. Shared variables are shared storage. */
+float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t);
 /* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on
  * every layout): set it to the step number before each run. */
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);

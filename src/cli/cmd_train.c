@@ -21,22 +21,33 @@ typedef struct common_args {
   int n_sets;
   const char *mesh, *layout;
   int json;
+  const char *resume_from; /* train --from */
+  int fresh;               /* train --fresh */
+  const char *checkpoint;  /* eval --checkpoint */
 } common_args;
 
 static void usage(FILE *out, const char *command) {
-  fprintf(out, "usage: %s%s CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]%s\n",
-          strcmp(command, "plan") == 0 ? "mtf " : "mpiexec -n N mtf ", command,
-          strcmp(command, "train") == 0 ? "" : " [--json]");
+  int train = strcmp(command, "train") == 0, eval = strcmp(command, "eval") == 0;
+  fprintf(out, "usage: %s%s CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]%s%s\n",
+          strcmp(command, "plan") == 0 ? "mtf " : "mpiexec -n N mtf ", command, train ? "" : " [--json]",
+          train ? " [--from PATH | --fresh]" : eval ? " [--checkpoint PATH]" : "");
   fprintf(out,
           "\n"
           "  CONFIG               a YAML config (see configs/ and the README's config reference)\n"
           "  --set key.path=value override one key, e.g. --set train.steps=50 (repeatable)\n"
           "  --mesh SHAPE         override mesh.shape, e.g. 'b:2;m:2'\n"
           "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n");
-  if (strcmp(command, "train") != 0) fprintf(out, "  --json               print the result as JSON\n");
-  if (strcmp(command, "train") == 0)
-    fprintf(out, "\nLogs a line every train.log_every steps and appends the same figures to RUN_DIR/metrics.jsonl.\n"
-                 "Exit status: 0 done, 1 error, 2 bad command line, 130 stopped by SIGINT/SIGTERM.\n");
+  if (!train) fprintf(out, "  --json               print the result as JSON\n");
+  if (train)
+    fprintf(out, "  --from PATH          resume from this checkpoint (default: RUN_DIR/checkpoints/latest, if any)\n"
+                 "  --fresh              start at step 0 even if RUN_DIR/checkpoints holds checkpoints\n"
+                 "\nLogs a line every train.log_every steps and appends the same figures to RUN_DIR/metrics.jsonl.\n"
+                 "Saves a checkpoint every train.checkpoint_every steps (and at the end), keeping train.keep_checkpoints\n"
+                 "(docs/CHECKPOINTS.md). SIGUSR1 or SIGTERM: save a checkpoint, then stop (exit 75).\n"
+                 "Exit status: 0 done, 1 error, 2 bad command line, 75 checkpointed and stopped by SIGUSR1/SIGTERM,\n"
+                 "130 stopped by SIGINT (no checkpoint).\n");
+  if (eval)
+    fprintf(out, "  --checkpoint PATH    evaluate this checkpoint (default: RUN_DIR/checkpoints' latest good one)\n");
   if (strcmp(command, "plan") == 0)
     fprintf(out, "\nRuns in one process for any mesh size: variables with their layouts and slices, memory per rank,\n"
                  "FLOPs and bytes per collective kind per step.\n");
@@ -45,7 +56,9 @@ static void usage(FILE *out, const char *command) {
 static int parse_args(int argc, char **argv, const char *command, common_args *args) {
   static const struct option options[] = {{"set", required_argument, 0, 's'}, {"mesh", required_argument, 0, 'm'},
                                           {"layout", required_argument, 0, 'l'}, {"json", no_argument, 0, 'j'},
-                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+                                          {"from", required_argument, 0, 'f'}, {"fresh", no_argument, 0, 'F'},
+                                          {"checkpoint", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
+                                          {0, 0, 0, 0}};
   memset(args, 0, sizeof *args);
   int opt;
   optind = 1;
@@ -67,12 +80,33 @@ static int parse_args(int argc, char **argv, const char *command, common_args *a
         }
         args->json = 1;
         break;
+      case 'f':
+      case 'F':
+        if (strcmp(command, "train") != 0) {
+          usage(stderr, command);
+          return MTF_EXIT_USAGE;
+        }
+        if (opt == 'f') args->resume_from = optarg;
+        else args->fresh = 1;
+        break;
+      case 'c':
+        if (strcmp(command, "eval") != 0) {
+          usage(stderr, command);
+          return MTF_EXIT_USAGE;
+        }
+        args->checkpoint = optarg;
+        break;
       case 'h': usage(stdout, command); return -1;
       default: usage(stderr, command); return MTF_EXIT_USAGE;
     }
   }
   if (optind != argc - 1) {
     fprintf(stderr, "mtf %s: %s\n\n", command, optind >= argc ? "a CONFIG file is required" : "only one CONFIG file");
+    usage(stderr, command);
+    return MTF_EXIT_USAGE;
+  }
+  if (args->fresh && args->resume_from) {
+    fprintf(stderr, "mtf %s: --from and --fresh exclude each other\n\n", command);
     usage(stderr, command);
     return MTF_EXIT_USAGE;
   }
@@ -124,12 +158,15 @@ static int run_mpi(int argc, char **argv, const char *command) {
     mtf_config_print(cfg, stdout);
     fflush(stdout);
   }
-  if (rc == MTF_OK) rc = strcmp(command, "train") == 0 ? mtf_train_run(cfg, &err) : mtf_eval_run(cfg, args.json, &err);
-  if (rc != MTF_OK && rank == 0)
-    fprintf(stderr, rc == MTF_RUN_INTERRUPTED ? "mtf %s: %s\n" : "mtf %s: error: %s\n", command, err.msg);
+  mtf_train_options options = {.resume_from = args.resume_from, .fresh = args.fresh};
+  if (rc == MTF_OK)
+    rc = strcmp(command, "train") == 0 ? mtf_train_run(cfg, &options, &err)
+                                       : mtf_eval_run(cfg, args.json, args.checkpoint, &err);
+  int stopped = rc == MTF_RUN_INTERRUPTED || rc == MTF_RUN_PREEMPTED;
+  if (rc != MTF_OK && rank == 0) fprintf(stderr, stopped ? "mtf %s: %s\n" : "mtf %s: error: %s\n", command, err.msg);
   free(cfg);
   MPI_Finalize();
-  return rc == MTF_OK ? MTF_EXIT_OK : rc == MTF_RUN_INTERRUPTED ? MTF_RUN_INTERRUPTED : MTF_EXIT_FAILURE;
+  return rc == MTF_OK ? MTF_EXIT_OK : stopped ? rc : MTF_EXIT_FAILURE;
 }
 
 int mtf_cmd_train(int argc, char **argv) { return run_mpi(argc, argv, "train"); }

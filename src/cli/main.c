@@ -17,6 +17,7 @@ static const command commands[] = {
     {"plan", mtf_cmd_plan, "variables, layouts, memory, FLOPs and communication per rank (one process)"},
     {"layout", mtf_cmd_layout, "show how layout rules split tensors over a mesh (one process)"},
     {"commcheck", mtf_cmd_commcheck, "check the mesh communicators and every collective (run under mpiexec/srun)"},
+    {"ckpt", mtf_cmd_ckpt, "inspect a checkpoint: step, config, datasets with dims, shape and dtype (one process)"},
     {"data", mtf_cmd_data, "make HDF5 token shards (prepare, synth), inspect them, check the loader on a mesh"},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])

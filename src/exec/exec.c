@@ -259,6 +259,14 @@ const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
   return buffer_data(s, p->value_buffer[t]);
 }
 
+float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
+  const mtf_plan *p = s->plan;
+  if (t < 0 || t >= p->graph->n_nodes || p->graph->nodes[t].kind != MTF_OP_VARIABLE || p->value_buffer[t] < 0 ||
+      p->buffers[p->value_buffer[t]].kind != MTF_BUF_VARIABLE)
+    return NULL;
+  return buffer_data(s, p->value_buffer[t]);
+}
+
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err) {
   const mtf_plan *p = s->plan;
   const float *slice = mtf_session_slice(s, t);

@@ -12,16 +12,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ckpt/checkpoint.h"
 #include "comm/mpi_comm.h"
 #include "io/loader.h"
 #include "run/program.h"
 #include "train/schedule.h"
 
+/* Bits: STOP_CLEAN (SIGINT) stops after the step; STOP_CHECKPOINT (SIGUSR1, SIGTERM) saves first. */
+enum { STOP_CLEAN = 1, STOP_CHECKPOINT = 2 };
 static volatile sig_atomic_t stop_requested;
 
 static void request_stop(int signal_number) {
-  (void)signal_number;
-  stop_requested = 1;
+  stop_requested |= signal_number == SIGINT ? STOP_CLEAN : STOP_CHECKPOINT;
 }
 
 static _Noreturn void abort_job(int rank, const char *what, const mtf_error *err) {
@@ -163,7 +165,41 @@ static void print_eval(const run_state *st, double loss, int64_t tokens, int jso
   fflush(stdout);
 }
 
-int mtf_eval_run(const mtf_config *cfg, int json, mtf_error *err) {
+static mtf_ckpt_model checkpoint_model(run_state *st, int training) {
+  mtf_ckpt_model model = {st->program.graph, training ? st->program.train_plan : st->program.eval_plan,
+                          training ? st->train : st->eval, st->comm, st->program.train_model.params,
+                          st->program.train_model.n_params};
+  return model;
+}
+
+static void checkpoint_dir(const mtf_config *cfg, char *dir, size_t size) {
+  snprintf(dir, size, "%s/checkpoints", cfg->run_dir);
+}
+
+/* The parameters of `checkpoint`, or of the run directory's latest good checkpoint. */
+static int restore_for_eval(run_state *st, const char *checkpoint, mtf_error *err) {
+  mtf_ckpt_model model = checkpoint_model(st, 0);
+  mtf_ckpt_state state;
+  char path[2 * MTF_CKPT_PATH_MAX];
+  if (checkpoint) {
+    mtf_ckpt_stats stats;
+    MTF_CHECK(mtf_ckpt_restore(&model, checkpoint, 0, &state, &stats, err));
+  } else {
+    char dir[MTF_CKPT_PATH_MAX];
+    checkpoint_dir(st->cfg, dir, sizeof dir);
+    int found;
+    MTF_CHECK(mtf_ckpt_restore_latest(&model, dir, 0, &state, &found, path, sizeof path, NULL, err));
+    if (!found)
+      return mtf_error_set(err, MTF_ERR_INVALID, "no checkpoint in '%s' to evaluate: train with "
+                           "train.checkpoint_every > 0, or name one with --checkpoint PATH", dir);
+    checkpoint = path;
+  }
+  /* stderr, so that --json keeps stdout to the one JSON object. */
+  if (st->rank == 0) fprintf(stderr, "eval: checkpoint %s (step %lld)\n", checkpoint, (long long)state.step);
+  return MTF_OK;
+}
+
+int mtf_eval_run(const mtf_config *cfg, int json, const char *checkpoint, mtf_error *err) {
   if (!cfg->data_eval[0])
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.eval is empty; set it to the evaluation shards (a directory or glob)",
                          cfg->source);
@@ -171,6 +207,7 @@ int mtf_eval_run(const mtf_config *cfg, int json, mtf_error *err) {
   int rc = setup(&st, cfg, 0, err);
   double loss = 0;
   int64_t tokens = 0;
+  if (rc == MTF_OK) rc = restore_for_eval(&st, checkpoint, err);
   if (rc == MTF_OK) rc = evaluate(&st, cfg->train.eval_batches, &loss, &tokens, err);
   if (rc == MTF_OK) print_eval(&st, loss, tokens, json);
   teardown(&st);
@@ -192,7 +229,57 @@ static FILE *open_metrics(const run_state *st, mtf_error *err) {
   return metrics;
 }
 
-int mtf_train_run(const mtf_config *cfg, mtf_error *err) {
+/* Saves the state after `step` (the loader's cursor is at the next batch). Collective. */
+static int save_checkpoint(run_state *st, mtf_loader *loader, int64_t step, mtf_error *err) {
+  mtf_ckpt_model model = checkpoint_model(st, 1);
+  mtf_ckpt_state state = {.step = step, .rng_seed = (uint64_t)st->cfg->train.seed, .rng_offset = (uint64_t)step,
+                          .cursor = mtf_loader_cursor_get(loader)};
+  char dir[MTF_CKPT_PATH_MAX], path[2 * MTF_CKPT_PATH_MAX];
+  checkpoint_dir(st->cfg, dir, sizeof dir);
+  mtf_ckpt_stats stats;
+  MTF_CHECK(mtf_ckpt_save(&model, st->cfg, &state, dir, st->cfg->train.keep_checkpoints, path, sizeof path, &stats, err));
+  if (st->rank == 0) {
+    printf("checkpoint: saved %s (step %lld, %.1f MB in %.2f s, %.0f MB/s)\n", path, (long long)step, stats.bytes / 1e6,
+           stats.seconds, stats.seconds > 0 ? stats.bytes / 1e6 / stats.seconds : 0.0);
+    fflush(stdout);
+  }
+  return MTF_OK;
+}
+
+/* Restores --from PATH or the run directory's latest good checkpoint (none: *steps_done stays 0). */
+static int resume(run_state *st, mtf_loader *loader, const mtf_train_options *options, int64_t *steps_done,
+                  mtf_error *err) {
+  *steps_done = 0;
+  if (options && options->fresh) return MTF_OK;
+  mtf_ckpt_model model = checkpoint_model(st, 1);
+  mtf_ckpt_state state;
+  mtf_ckpt_stats stats;
+  char path[2 * MTF_CKPT_PATH_MAX];
+  int found = 1;
+  if (options && options->resume_from) {
+    snprintf(path, sizeof path, "%s", options->resume_from);
+    MTF_CHECK(mtf_ckpt_restore(&model, path, 1, &state, &stats, err));
+  } else {
+    char dir[MTF_CKPT_PATH_MAX];
+    checkpoint_dir(st->cfg, dir, sizeof dir);
+    MTF_CHECK(mtf_ckpt_restore_latest(&model, dir, 1, &state, &found, path, sizeof path, &stats, err));
+  }
+  if (!found) return MTF_OK;
+  if (mtf_loader_cursor_set(loader, &state.cursor, err))
+    return mtf_error_prefix(err, "resuming from checkpoint '%s'", path);
+  *steps_done = state.step;
+  if (st->rank == 0) {
+    printf("checkpoint: resumed from %s at step %lld (%.1f MB in %.2f s, %.0f MB/s)\n", path, (long long)state.step,
+           stats.bytes / 1e6, stats.seconds, stats.seconds > 0 ? stats.bytes / 1e6 / stats.seconds : 0.0);
+    if (state.rng_seed != (uint64_t)st->cfg->train.seed)
+      printf("checkpoint: warning: it was trained with train.seed %llu, this config has %lld: dropout masks from here "
+             "on differ from an uninterrupted run\n", (unsigned long long)state.rng_seed, (long long)st->cfg->train.seed);
+    fflush(stdout);
+  }
+  return MTF_OK;
+}
+
+int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_error *err) {
   const mtf_train_config *tc = &cfg->train;
   if (!cfg->data_train[0])
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.train is empty; set it to the training shards (prepare them "
@@ -211,7 +298,11 @@ int mtf_train_run(const mtf_config *cfg, mtf_error *err) {
   int rc = setup(&st, cfg, 1, err);
   mtf_loader *loader = NULL;
   if (rc == MTF_OK) rc = open_loader(&st, cfg->data_train, (uint64_t)tc->seed, (int)tc->prefetch, &loader, err);
+  int64_t steps_done = 0, last_saved = -1;
+  if (rc == MTF_OK) rc = resume(&st, loader, options, &steps_done, err);
+  if (rc == MTF_OK) last_saved = steps_done;
   if (rc != MTF_OK) {
+    mtf_loader_close(loader);
     teardown(&st);
     return rc;
   }
@@ -232,15 +323,24 @@ int mtf_train_run(const mtf_config *cfg, mtf_error *err) {
   }
   signal(SIGINT, request_stop);
   signal(SIGTERM, request_stop);
+  signal(SIGUSR1, request_stop);
 
   int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   float *inputs = malloc(sizeof(float) * (size_t)(rows * length)), *targets = malloc(sizeof(float) * (size_t)(rows * length));
   double window_start = MPI_Wtime(), window_comm = 0, loss_value = 0;
   int64_t step = 0, window_steps = 0;
-  for (step = 1; step <= tc->steps && rc == MTF_OK; step++) {
+  for (step = steps_done + 1; step <= tc->steps && rc == MTF_OK; step++) {
     int stop = stop_requested, any_stop = 0;
-    MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD);
+    if (any_stop & STOP_CHECKPOINT) {
+      if (rank == 0) printf("train: SIGUSR1/SIGTERM; saving a checkpoint after step %lld and stopping\n", (long long)(step - 1));
+      rc = last_saved == step - 1 ? MTF_OK : save_checkpoint(&st, loader, step - 1, err);
+      if (rc == MTF_OK)
+        rc = mtf_error_set(err, MTF_RUN_PREEMPTED, "stopped by a signal after step %lld with a checkpoint; run mtf "
+                           "train again to resume", (long long)(step - 1));
+      break;
+    }
     if (any_stop) {
       if (rank == 0) printf("train: interrupted; stopping cleanly after step %lld\n", (long long)(step - 1));
       rc = mtf_error_set(err, MTF_RUN_INTERRUPTED, "interrupted after step %lld", (long long)(step - 1));
@@ -288,6 +388,11 @@ int mtf_train_run(const mtf_config *cfg, mtf_error *err) {
       window_comm = 0;
       window_steps = 0;
     }
+    if (tc->checkpoint_every > 0 && (step % tc->checkpoint_every == 0 || step == tc->steps)) {
+      rc = save_checkpoint(&st, loader, step, err);
+      if (rc) break;
+      last_saved = step;
+    }
     if (cfg->data_eval[0] && tc->eval_every > 0 && step % tc->eval_every == 0 && step < tc->steps) {
       double loss;
       int64_t tokens;
@@ -297,6 +402,7 @@ int mtf_train_run(const mtf_config *cfg, mtf_error *err) {
   }
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  signal(SIGUSR1, SIG_DFL);
   free(raw);
   free(inputs);
   free(targets);

@@ -4,10 +4,21 @@
 
 #include "config/config.h"
 
-/* Returned by mtf_train_run when SIGINT/SIGTERM stopped the run cleanly (the CLI exits with 130). */
+/* Returned by mtf_train_run when SIGINT stopped the run cleanly after a step, without a checkpoint (the
+ * CLI exits with 130, as a shell does for Ctrl-C). */
 #define MTF_RUN_INTERRUPTED 130
+/* Returned when SIGUSR1 or SIGTERM (Slurm's warning before a time limit or preemption) stopped the run
+ * after writing a checkpoint: `mtf train` again resumes it. 75 is EX_TEMPFAIL ("try again later"), so a
+ * job script can requeue on it. */
+#define MTF_RUN_PREEMPTED 75
 
-int mtf_train_run(const mtf_config *cfg, mtf_error *err);
-int mtf_eval_run(const mtf_config *cfg, int json, mtf_error *err);
+typedef struct mtf_train_options {
+  const char *resume_from; /* --from PATH: this checkpoint instead of RUN_DIR/checkpoints' latest */
+  int fresh;               /* --fresh: start at step 0 whatever the run directory holds */
+} mtf_train_options;
+
+int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_error *err);
+/* checkpoint: the one to evaluate; NULL for RUN_DIR/checkpoints' latest good one. */
+int mtf_eval_run(const mtf_config *cfg, int json, const char *checkpoint, mtf_error *err);
 
 #endif

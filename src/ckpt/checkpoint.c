@@ -1,0 +1,433 @@
+/* Saving and restoring checkpoints with parallel HDF5 (see checkpoint.h and docs/CHECKPOINTS.md). */
+#define _POSIX_C_SOURCE 200809L
+#include "ckpt/checkpoint.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_attr.h"
+#include "graph/graph.h"
+#include "lower/plan.h" /* the plan's mesh */
+#include "io/agree.h"
+#include "io/shard.h"
+
+static _Noreturn void abort_job(int rank, const char *what, const char *path) {
+  fprintf(stderr,
+          "mtf: rank %d: writing checkpoint '%s' failed inside a collective HDF5 call (%s); the job stops here. "
+          "The previous checkpoint is intact; check free space and permissions of the run directory\n",
+          rank, path, what);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+static int is_param(const mtf_ckpt_model *m, int node) {
+  for (int k = 0; k < m->n_params; k++)
+    if (m->params[k] == node) return 1;
+  return 0;
+}
+
+static hid_t mpio_access(void) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return -1;
+  /* Metadata operations are collective anyway (every rank makes every call); saying so lets HDF5 read and
+   * write metadata once instead of once per rank. */
+  if (H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+      H5Pset_coll_metadata_write(fapl, 1) < 0) {
+    H5Pclose(fapl);
+    return -1;
+  }
+  return fapl;
+}
+
+/* This rank's hyperslab of variable `node`: start and count per dimension, and whether it writes it (the
+ * rank at coordinate 0 on every mesh axis the variable is replicated over). */
+static void own_hyperslab(const mtf_ckpt_model *m, const mtf_tensor_layout *layout, hsize_t *start, hsize_t *count,
+                          int *writer) {
+  const mtf_shape *mesh = &m->plan->mesh;
+  int coord[MTF_MAX_MESH_AXES] = {0};
+  mtf_mesh_rank_to_coord(mesh, m->comm->rank, coord);
+  mtf_shape slice = mtf_layout_slice_shape(layout, mesh);
+  int64_t offset[MTF_MAX_RANK] = {0};
+  mtf_layout_slice_offset(layout, mesh, coord, offset);
+  for (int d = 0; d < slice.rank; d++) {
+    start[d] = (hsize_t)offset[d];
+    count[d] = (hsize_t)slice.dims[d].size;
+  }
+  mtf_axis_set split = mtf_layout_split_axes(layout);
+  *writer = 1;
+  for (int a = 0; a < mesh->rank; a++)
+    if (!(split & (1u << a)) && coord[a] != 0) *writer = 0;
+}
+
+/* Selects the hyperslab in file_space and makes the matching memory space (or selects nothing in both). */
+static hid_t select_slab(hid_t file_space, int rank, const hsize_t *start, const hsize_t *count, int selected) {
+  hid_t mem_space = rank > 0 ? H5Screate_simple(rank, count, NULL) : H5Screate(H5S_SCALAR);
+  if (mem_space < 0) return -1;
+  herr_t ok = 0;
+  if (!selected)
+    ok = (H5Sselect_none(file_space) < 0 || H5Sselect_none(mem_space) < 0) ? -1 : 0;
+  else if (rank > 0)
+    ok = H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL);
+  if (ok < 0) {
+    H5Sclose(mem_space);
+    return -1;
+  }
+  return mem_space;
+}
+
+/* Creates the dataset of variable `node` with its attributes and writes this rank's part. Collective. */
+static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, int node, int64_t *bytes) {
+  const mtf_node *var = &m->graph->nodes[node];
+  const mtf_tensor_layout *layout = mtf_plan_layout(m->plan, node);
+  const float *data = mtf_session_slice(m->session, node);
+  char name[MTF_CKPT_PATH_MAX];
+  if (!layout || !data) return "a variable is not held by the training plan";
+  if (mtf_ckpt_dataset_name(var->name, name, sizeof name) != 0) return "a variable name is empty or contains '.'";
+  int rank = var->shape.rank;
+  hsize_t dims[MTF_MAX_RANK], start[MTF_MAX_RANK], count[MTF_MAX_RANK];
+  const char *dim_names[MTF_MAX_RANK];
+  for (int d = 0; d < rank; d++) {
+    dims[d] = (hsize_t)var->shape.dims[d].size;
+    dim_names[d] = var->shape.dims[d].name;
+  }
+  int writer;
+  own_hyperslab(m, layout, start, count, &writer);
+  hid_t file_space = rank > 0 ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  const char *failure = NULL;
+  /* Every element is written, so HDF5 need not write fill values first. */
+  if (file_space < 0 || dcpl < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) failure = "H5Screate/H5Pcreate";
+  hid_t dset = failure ? -1 : H5Dcreate2(group, name, H5T_IEEE_F32LE, file_space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  if (!failure && dset < 0) failure = "H5Dcreate";
+  if (!failure && (mtf_ckpt_attr_write_string(dset, "variable", var->name) ||
+                   mtf_ckpt_attr_write_strings(dset, "dims", rank, dim_names) ||
+                   mtf_ckpt_attr_write_string(dset, "kind", is_param(m, node) ? "parameter" : "optimizer_slot")))
+    failure = "writing dataset attributes";
+  hid_t mem_space = failure ? -1 : select_slab(file_space, rank, start, count, writer);
+  if (!failure && mem_space < 0) failure = "selecting the hyperslab";
+  if (!failure && H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, data) < 0) failure = "H5Dwrite";
+  *bytes += mtf_shape_num_elements(&var->shape) * (int64_t)sizeof(float);
+  if (mem_space >= 0) H5Sclose(mem_space);
+  if (dset >= 0) H5Dclose(dset);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (file_space >= 0) H5Sclose(file_space);
+  return failure;
+}
+
+static char *config_text(const mtf_config *cfg) {
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  if (!f) return NULL;
+  mtf_config_print(cfg, f);
+  fclose(f);
+  return text;
+}
+
+static const char *write_root_attributes(hid_t file, const mtf_config *cfg, const mtf_ckpt_state *st, int ranks) {
+  char mesh[MTF_SHAPE_STR_MAX];
+  mtf_shape_format(&cfg->mesh_shape, mesh, sizeof mesh);
+  char *yaml = config_text(cfg);
+  int bad = !yaml || mtf_ckpt_attr_write_i64(file, "format_version", MTF_CKPT_FORMAT_VERSION) ||
+            mtf_ckpt_attr_write_i64(file, "step", st->step) ||
+            mtf_ckpt_attr_write_i64(file, "rng_seed", (int64_t)st->rng_seed) ||
+            mtf_ckpt_attr_write_i64(file, "rng_offset", (int64_t)st->rng_offset) ||
+            mtf_ckpt_attr_write_i64(file, "data_seed", (int64_t)st->cursor.seed) ||
+            mtf_ckpt_attr_write_i64(file, "data_epoch", st->cursor.epoch) ||
+            mtf_ckpt_attr_write_i64(file, "data_position", st->cursor.position) ||
+            mtf_ckpt_attr_write_i64(file, "data_windows", st->cursor.windows) ||
+            mtf_ckpt_attr_write_string(file, "mesh", mesh) || mtf_ckpt_attr_write_i64(file, "mesh_ranks", ranks) ||
+            mtf_ckpt_attr_write_string(file, "layout", cfg->mesh_layout) ||
+            mtf_ckpt_attr_write_string(file, "config", yaml);
+  free(yaml);
+  return bad ? "writing file attributes" : NULL;
+}
+
+/* Test hook (tests/ckpt): MTF_CKPT_TEST_STALL=STEP:SECONDS sleeps halfway through writing step STEP's
+ * checkpoint, so that a test can kill the job in the middle of a write. */
+static void stall_for_tests(int rank, int64_t step) {
+  const char *text = getenv("MTF_CKPT_TEST_STALL");
+  long long stall_step = -1, seconds = 0;
+  if (!text || sscanf(text, "%lld:%lld", &stall_step, &seconds) != 2 || stall_step != step || seconds <= 0) return;
+  if (rank == 0) fprintf(stderr, "mtf: checkpoint: stalling %lld s in the middle of step %lld's write\n", seconds, stall_step);
+  fflush(stderr);
+  sleep((unsigned)seconds);
+}
+
+/* Writes the whole file at tmp_path. Every failure past the create is fatal (see abort_job). */
+static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *tmp_path,
+                      int64_t *bytes, mtf_error *err) {
+  hid_t fapl = mpio_access();
+  hid_t file = fapl >= 0 ? H5Fcreate(tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
+  if (fapl >= 0) H5Pclose(fapl);
+  int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot create checkpoint file '%s' (is the run directory "
+                                    "writable, on a file system all ranks share?)", tmp_path)
+                    : MTF_OK;
+  mtf_hdf5_unlock(); /* no HDF5 call during the agreement, which may wait for slower ranks */
+  rc = mtf_io_agree(m->comm, rc, err);
+  mtf_hdf5_lock();
+  if (rc != MTF_OK) {
+    if (file >= 0) H5Fclose(file);
+    return rc;
+  }
+  const char *failure = write_root_attributes(file, cfg, st, m->comm->size);
+  hid_t group = failure ? -1 : H5Gcreate2(file, "variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  if (!failure && (group < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
+    failure = "creating /variables";
+  int n_written = 0, n_variables = 0;
+  for (int i = 0; i < m->graph->n_nodes; i++) n_variables += m->graph->nodes[i].kind == MTF_OP_VARIABLE;
+  for (int i = 0; i < m->graph->n_nodes && !failure; i++) {
+    if (m->graph->nodes[i].kind != MTF_OP_VARIABLE) continue;
+    failure = write_variable(m, group, dxpl, i, bytes);
+    if (++n_written == n_variables / 2) stall_for_tests(m->comm->rank, st->step);
+  }
+  /* Written last: a file with this attribute got through every dataset. */
+  if (!failure && mtf_ckpt_attr_write_i64(file, "complete", 1)) failure = "writing the 'complete' attribute";
+  if (dxpl >= 0) H5Pclose(dxpl);
+  if (group >= 0) H5Gclose(group);
+  if (!failure && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) failure = "H5Fflush";
+  if (H5Fclose(file) < 0 && !failure) failure = "H5Fclose";
+  if (failure) abort_job(m->comm->rank, failure, tmp_path);
+  return MTF_OK;
+}
+
+int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *dir, int64_t keep,
+                  char *path_out, size_t path_size, mtf_ckpt_stats *stats, mtf_error *err) {
+  char name[MTF_CKPT_PATH_MAX] = "";
+  int rc = MTF_OK;
+  if (m->comm->rank == 0) {
+    rc = mtf_ckpt_dir_make(dir, err);
+    if (rc == MTF_OK) rc = mtf_ckpt_dir_new_name(dir, st->step, name, sizeof name, err);
+  }
+  MTF_CHECK(mtf_io_agree(m->comm, rc, err));
+  MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  char path[2 * MTF_CKPT_PATH_MAX], tmp_path[2 * MTF_CKPT_PATH_MAX + 8];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(tmp_path, sizeof tmp_path, "%s.tmp", path);
+  double start = MPI_Wtime();
+  int64_t bytes = 0;
+  mtf_hdf5_lock();
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  rc = write_file(m, cfg, st, tmp_path, &bytes, err);
+  mtf_hdf5_unlock();
+  MTF_CHECK(rc);
+  if (m->comm->rank == 0) {
+    rc = mtf_ckpt_dir_commit(dir, name, err);
+    if (rc == MTF_OK) mtf_ckpt_dir_prune(dir, name, keep);
+  }
+  MTF_CHECK(mtf_io_agree(m->comm, rc, err));
+  double seconds = MPI_Wtime() - start;
+  if (stats) {
+    stats->bytes = bytes;
+    MPI_Allreduce(&seconds, &stats->seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  }
+  if (path_out) snprintf(path_out, path_size, "%s", path);
+  return MTF_OK;
+}
+
+/* ---- restore ---- */
+
+static int read_state(hid_t file, const char *path, mtf_ckpt_state *st, mtf_error *err) {
+  int64_t version = 0, complete = 0, values[7];
+  if (mtf_ckpt_attr_read_i64(file, "format_version", &version) != 0)
+    return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no format_version attribute: not an mtf checkpoint, "
+                         "or damaged", path);
+  if (version != MTF_CKPT_FORMAT_VERSION)
+    return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s' has format version %lld; this mtf reads version %d "
+                         "(use the mtf that wrote it)", path, (long long)version, MTF_CKPT_FORMAT_VERSION);
+  if (mtf_ckpt_attr_read_i64(file, "complete", &complete) != 0 || complete != 1)
+    return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' is incomplete (its writer stopped before the end)", path);
+  const char *keys[7] = {"step", "rng_seed", "rng_offset", "data_seed", "data_epoch", "data_position", "data_windows"};
+  for (int k = 0; k < 7; k++)
+    if (mtf_ckpt_attr_read_i64(file, keys[k], &values[k]) != 0)
+      return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' lacks its '%s' attribute (damaged)", path, keys[k]);
+  st->step = values[0];
+  st->rng_seed = (uint64_t)values[1];
+  st->rng_offset = (uint64_t)values[2];
+  st->cursor = (mtf_loader_cursor){(uint64_t)values[3], values[4], values[5], values[6]};
+  return MTF_OK;
+}
+
+static void format_dims(int rank, char (*names)[MTF_NAME_MAX], const hsize_t *sizes, char *buf, size_t size) {
+  size_t used = (size_t)snprintf(buf, size, "[");
+  for (int d = 0; d < rank && used < size; d++)
+    used += (size_t)snprintf(buf + used, size - used, "%s%s:%llu", d ? ", " : "", names[d], (unsigned long long)sizes[d]);
+  if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+/* Checks variable `node` against its dataset and reads this rank's hyperslab into the session. */
+static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, int node, int required, const char *path,
+                         int64_t *bytes, mtf_error *err) {
+  const mtf_node *var = &m->graph->nodes[node];
+  char name[MTF_CKPT_PATH_MAX], want[MTF_SHAPE_STR_MAX], have[MTF_SHAPE_STR_MAX];
+  if (mtf_ckpt_dataset_name(var->name, name, sizeof name) != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "variable name '%s' cannot be a checkpoint dataset", var->name);
+  if (H5Lexists(group, name, H5P_DEFAULT) <= 0)
+    return required ? mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s' has no variable '%s' (dataset variables/%s): "
+                                    "it was written by a different model or optimizer than this config's; restore it "
+                                    "with the config it holds (mtf ckpt inspect) or start with --fresh",
+                                    path, var->name, name)
+                    : MTF_OK;
+  hid_t dset = H5Dopen2(group, name, H5P_DEFAULT);
+  hid_t space = dset >= 0 ? H5Dget_space(dset) : -1;
+  hid_t type = dset >= 0 ? H5Dget_type(dset) : -1;
+  char dims[MTF_MAX_RANK][MTF_NAME_MAX], model_dims[MTF_MAX_RANK][MTF_NAME_MAX];
+  hsize_t sizes[MTF_MAX_RANK], model_sizes[MTF_MAX_RANK];
+  int n_dims = -1, rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+  int rc = MTF_OK;
+  if (space < 0 || type < 0 || rank < 0 || rank > MTF_MAX_RANK ||
+      mtf_ckpt_attr_read_strings(dset, "dims", dims, MTF_MAX_RANK, &n_dims) != 0 || n_dims != rank)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': dataset variables/%s is unreadable or lacks its dims "
+                       "attribute (damaged)", path, name);
+  if (rc == MTF_OK && (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4))
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' is not float32", path, var->name);
+  if (rc == MTF_OK) {
+    H5Sget_simple_extent_dims(space, sizes, NULL);
+    int same = rank == var->shape.rank;
+    for (int d = 0; d < var->shape.rank; d++) {
+      model_sizes[d] = (hsize_t)var->shape.dims[d].size;
+      snprintf(model_dims[d], MTF_NAME_MAX, "%s", var->shape.dims[d].name);
+      if (same) same = sizes[d] == model_sizes[d] && strcmp(dims[d], model_dims[d]) == 0;
+    }
+    if (!same) {
+      format_dims(rank, dims, sizes, have, sizeof have);
+      format_dims(var->shape.rank, model_dims, model_sizes, want, sizeof want);
+      rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' has shape %s in the checkpoint but %s "
+                         "in this config's model; restore it with the model it was trained with (mtf ckpt inspect "
+                         "shows its config) or start with --fresh", path, var->name, have, want);
+    }
+  }
+  const mtf_tensor_layout *layout = mtf_plan_layout(m->plan, node);
+  float *data = mtf_session_variable_slice(m->session, node);
+  if (rc == MTF_OK && layout && data) { /* the same on every rank: the plan holds a variable or not */
+    hsize_t start[MTF_MAX_RANK], count[MTF_MAX_RANK];
+    int writer;
+    own_hyperslab(m, layout, start, count, &writer);
+    hid_t mem_space = select_slab(space, rank, start, count, 1);
+    if (mem_space < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, space, dxpl, data) < 0)
+      rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': reading variable '%s' failed (damaged file)", path, var->name);
+    if (mem_space >= 0) H5Sclose(mem_space);
+    *bytes += mtf_shape_num_elements(&var->shape) * (int64_t)sizeof(float);
+  }
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  if (dset >= 0) H5Dclose(dset);
+  return rc;
+}
+
+/* Training restores every variable, so a dataset the model lacks means the model changed. */
+static int check_no_extra(const mtf_ckpt_model *m, hid_t group, const char *path, mtf_error *err) {
+  H5G_info_t info;
+  if (H5Gget_info(group, &info) < 0)
+    return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': cannot list /variables (damaged)", path);
+  for (hsize_t i = 0; i < info.nlinks; i++) {
+    char link[MTF_CKPT_PATH_MAX], name[MTF_CKPT_PATH_MAX];
+    if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, link, sizeof link, H5P_DEFAULT) < 0)
+      return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': cannot list /variables (damaged)", path);
+    int known = 0;
+    for (int n = 0; n < m->graph->n_nodes && !known; n++)
+      known = m->graph->nodes[n].kind == MTF_OP_VARIABLE &&
+              mtf_ckpt_dataset_name(m->graph->nodes[n].name, name, sizeof name) == 0 && strcmp(name, link) == 0;
+    if (!known)
+      return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s' holds variable '%s' (dataset variables/%s), which "
+                           "this config's model does not have: it was written by a different model or optimizer; "
+                           "restore it with the config it holds (mtf ckpt inspect) or start with --fresh",
+                           path, link, link);
+  }
+  return MTF_OK;
+}
+
+static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
+                          int64_t *bytes, mtf_error *err) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t fapl = mpio_access();
+  hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+  if (fapl >= 0) H5Pclose(fapl);
+  int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or "
+                                    "damaged", path)
+                    : read_state(file, path, st, err);
+  hid_t group = rc == MTF_OK ? H5Gopen2(file, "variables", H5P_DEFAULT) : -1;
+  if (rc == MTF_OK && group < 0)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no /variables group (damaged)", path);
+  hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
+  if (rc == MTF_OK && (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
+    rc = mtf_error_set(err, MTF_ERR_IO, "cannot set up collective reads");
+  rc = mtf_io_agree(m->comm, rc, err);
+  for (int i = 0; i < m->graph->n_nodes && rc == MTF_OK; i++) {
+    if (m->graph->nodes[i].kind != MTF_OP_VARIABLE) continue;
+    rc = read_variable(m, group, dxpl, i, need_slots || is_param(m, i), path, bytes, err);
+    /* Every rank leaves the loop at the same variable, so no rank waits in a read the others skip. */
+    rc = mtf_io_agree(m->comm, rc, err);
+  }
+  if (rc == MTF_OK && need_slots) rc = mtf_io_agree(m->comm, check_no_extra(m, group, path, err), err);
+  if (dxpl >= 0) H5Pclose(dxpl);
+  if (group >= 0) H5Gclose(group);
+  if (file >= 0 && H5Fclose(file) < 0 && rc == MTF_OK)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': closing failed", path);
+  return mtf_io_agree(m->comm, rc, err);
+}
+
+int mtf_ckpt_restore(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
+                     mtf_ckpt_stats *stats, mtf_error *err) {
+  double start = MPI_Wtime();
+  int64_t bytes = 0;
+  mtf_hdf5_lock();
+  int rc = restore_locked(m, path, need_slots, st, &bytes, err);
+  mtf_hdf5_unlock();
+  double seconds = MPI_Wtime() - start;
+  if (stats) {
+    stats->bytes = bytes;
+    MPI_Allreduce(&seconds, &stats->seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  }
+  return rc;
+}
+
+#define MAX_CANDIDATES 64
+
+int mtf_ckpt_restore_latest(const mtf_ckpt_model *m, const char *dir, int need_slots, mtf_ckpt_state *st, int *found,
+                            char *path_out, size_t path_size, mtf_ckpt_stats *stats_out, mtf_error *err) {
+  char(*names)[MTF_CKPT_PATH_MAX] = calloc(MAX_CANDIDATES, sizeof *names);
+  int n = 0, rc = names ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  if (rc == MTF_OK && m->comm->rank == 0) {
+    n = mtf_ckpt_dir_candidates(dir, names, MAX_CANDIDATES, err);
+    if (n < 0) rc = err->code;
+  }
+  rc = mtf_io_agree(m->comm, rc, err);
+  *found = 0;
+  if (rc == MTF_OK) {
+    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(names, n * MTF_CKPT_PATH_MAX, MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+  for (int i = 0; i < n && rc == MTF_OK; i++) {
+    char path[2 * MTF_CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    mtf_ckpt_stats stats;
+    rc = mtf_ckpt_restore(m, path, need_slots, st, &stats, err);
+    if (rc == MTF_ERR_IO) { /* damaged: report it, leave it, and try the one before */
+      if (m->comm->rank == 0) {
+        fprintf(stderr, "mtf: warning: skipping checkpoint: %s. It is left in place%s\n", err->msg,
+                i + 1 < n ? "; trying the previous one" : "");
+        fflush(stderr);
+      }
+      /* Variables may hold part of the damaged file now: only a good checkpoint may follow. */
+      rc = i + 1 < n ? MTF_OK
+                     : mtf_error_set(err, MTF_ERR_IO, "no good checkpoint in '%s' (every one is damaged, see the "
+                                     "warnings above); resume from another with --from PATH or start over with "
+                                     "--fresh", dir);
+      continue;
+    }
+    if (rc == MTF_OK) {
+      *found = 1;
+      if (path_out) snprintf(path_out, path_size, "%s", path);
+      if (stats_out) *stats_out = stats;
+      break;
+    }
+  }
+  free(names);
+  return rc;
+}

@@ -1,0 +1,177 @@
+/* The checkpoint directory: file names, the `latest` pointer, atomic commit and pruning. Runs on rank 0
+ * only, with plain POSIX calls (no HDF5, no MPI). */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/checkpoint.h"
+
+#define MAX_FILES 4096
+
+typedef struct ckpt_name {
+  int64_t step;
+  int64_t sequence; /* 0 for ckpt-<step>.h5, n for ckpt-<step>-<n>.h5 (a step saved again) */
+  char name[MTF_CKPT_PATH_MAX];
+} ckpt_name;
+
+/* Parses ckpt-<step>.h5 or ckpt-<step>-<n>.h5; anything else (a .tmp file, `latest`) is not a checkpoint. */
+static int parse_name(const char *name, ckpt_name *out) {
+  long long step = 0, sequence = 0;
+  int used = 0;
+  if (sscanf(name, "ckpt-%lld-%lld.h5%n", &step, &sequence, &used) == 2 && name[used] == '\0') {
+  } else if (used = 0, sequence = 0, sscanf(name, "ckpt-%lld.h5%n", &step, &used) == 1 && name[used] == '\0') {
+  } else {
+    return 0;
+  }
+  if (step < 0 || sequence < 0) return 0;
+  out->step = step;
+  out->sequence = sequence;
+  snprintf(out->name, sizeof out->name, "%s", name);
+  return 1;
+}
+
+static int compare_newest_first(const void *a, const void *b) {
+  const ckpt_name *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? 1 : -1;
+  if (x->sequence != y->sequence) return x->sequence < y->sequence ? 1 : -1;
+  return 0;
+}
+
+static int key_less(const ckpt_name *x, const ckpt_name *y) { return compare_newest_first(x, y) > 0; }
+
+/* All checkpoint files of dir, newest first; -1 when dir cannot be read (a missing dir is 0 files). */
+static int list_checkpoints(const char *dir, ckpt_name *out, int max) {
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? 0 : -1;
+  int n = 0;
+  struct dirent *entry;
+  while ((entry = readdir(d)) && n < max)
+    if (parse_name(entry->d_name, &out[n])) n++;
+  closedir(d);
+  qsort(out, (size_t)n, sizeof *out, compare_newest_first);
+  return n;
+}
+
+/* The name `latest` holds, or "" when there is no usable one. */
+static void read_latest(const char *dir, char *name, size_t size) {
+  char path[MTF_CKPT_PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s/latest", dir);
+  name[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (!fgets(name, (int)size, f)) name[0] = '\0';
+  fclose(f);
+  name[strcspn(name, "\r\n")] = '\0';
+}
+
+int mtf_ckpt_dir_candidates(const char *dir, char names[][MTF_CKPT_PATH_MAX], int max, mtf_error *err) {
+  ckpt_name *files = malloc(sizeof *files * MAX_FILES);
+  if (!files) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory listing checkpoints");
+  int n = list_checkpoints(dir, files, MAX_FILES);
+  if (n < 0) {
+    free(files);
+    mtf_error_set(err, MTF_ERR_IO, "cannot read checkpoint directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  char latest_name[MTF_CKPT_PATH_MAX];
+  read_latest(dir, latest_name, sizeof latest_name);
+  ckpt_name latest;
+  int have_latest = 0;
+  for (int i = 0; i < n && latest_name[0]; i++)
+    if (strcmp(files[i].name, latest_name) == 0) have_latest = 1, latest = files[i];
+  int count = 0;
+  /* `latest` decides: files newer than it are left-overs (of a run restarted with --fresh, say). */
+  if (have_latest && count < max) snprintf(names[count++], MTF_CKPT_PATH_MAX, "%s", latest.name);
+  for (int i = 0; i < n && count < max; i++) {
+    if (have_latest && !key_less(&files[i], &latest)) continue;
+    snprintf(names[count++], MTF_CKPT_PATH_MAX, "%s", files[i].name);
+  }
+  free(files);
+  return count;
+}
+
+static int file_exists(const char *dir, const char *name) {
+  char path[2 * MTF_CKPT_PATH_MAX];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return stat(path, &st) == 0;
+}
+
+int mtf_ckpt_dir_new_name(const char *dir, int64_t step, char *name, size_t size, mtf_error *err) {
+  /* Never reuse a name: a file of the same step may be a damaged checkpoint someone wants to look at. */
+  for (int64_t sequence = 0; sequence < 10000; sequence++) {
+    if (sequence == 0)
+      snprintf(name, size, "ckpt-%08lld.h5", (long long)step);
+    else
+      snprintf(name, size, "ckpt-%08lld-%lld.h5", (long long)step, (long long)sequence);
+    if (!file_exists(dir, name)) return MTF_OK;
+  }
+  return mtf_error_set(err, MTF_ERR_IO, "checkpoint directory '%s' already holds 10000 checkpoints of step %lld",
+                       dir, (long long)step);
+}
+
+static int fsync_path(const char *path, int directory) {
+  int fd = open(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+int mtf_ckpt_dir_commit(const char *dir, const char *name, mtf_error *err) {
+  char tmp[2 * MTF_CKPT_PATH_MAX + 8], final[2 * MTF_CKPT_PATH_MAX], latest[MTF_CKPT_PATH_MAX + 16],
+      latest_tmp[MTF_CKPT_PATH_MAX + 16];
+  snprintf(final, sizeof final, "%s/%s", dir, name);
+  snprintf(tmp, sizeof tmp, "%s.tmp", final);
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
+  if (fsync_path(tmp, 0) != 0 || rename(tmp, final) != 0 || fsync_path(dir, 1) != 0)
+    return mtf_error_set(err, MTF_ERR_IO, "cannot commit checkpoint '%s': %s (is the directory writable and the disk "
+                         "not full?)", final, strerror(errno));
+  FILE *f = fopen(latest_tmp, "w");
+  int ok = f && fprintf(f, "%s\n", name) > 0;
+  if (f) ok = (fflush(f) == 0) & (fsync(fileno(f)) == 0) & (fclose(f) == 0) & ok;
+  if (!ok || rename(latest_tmp, latest) != 0 || fsync_path(dir, 1) != 0)
+    return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' is complete but '%s' could not be updated: %s", final,
+                         latest, strerror(errno));
+  return MTF_OK;
+}
+
+void mtf_ckpt_dir_prune(const char *dir, const char *name, int64_t keep) {
+  ckpt_name current;
+  if (keep < 1 || !parse_name(name, &current)) return;
+  ckpt_name *files = malloc(sizeof *files * MAX_FILES);
+  int n = files ? list_checkpoints(dir, files, MAX_FILES) : -1;
+  int64_t kept = 0;
+  for (int i = 0; i < n; i++) {
+    if (key_less(&current, &files[i])) continue; /* newer than the one just written: not ours to judge */
+    if (kept++ < keep) continue;
+    char path[2 * MTF_CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+    if (unlink(path) != 0) fprintf(stderr, "mtf: warning: cannot delete old checkpoint '%s': %s\n", path, strerror(errno));
+  }
+  free(files);
+}
+
+int mtf_ckpt_dir_make(const char *dir, mtf_error *err) {
+  char buf[MTF_CKPT_PATH_MAX];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1;; p++) {
+    char c = *p;
+    if (c == '/' || c == '\0') {
+      *p = '\0';
+      if (mkdir(buf, 0775) != 0 && errno != EEXIST)
+        return mtf_error_set(err, MTF_ERR_IO, "cannot create checkpoint directory '%s': %s (set run.dir to a writable "
+                             "place)", buf, strerror(errno));
+      *p = c;
+    }
+    if (c == '\0') break;
+  }
+  return MTF_OK;
+}
