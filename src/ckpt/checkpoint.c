@@ -333,13 +333,28 @@ static int check_no_extra(const mtf_ckpt_model *m, hid_t group, const char *path
     for (int n = 0; n < m->graph->n_nodes && !known; n++)
       known = m->graph->nodes[n].kind == MTF_OP_VARIABLE &&
               mtf_ckpt_dataset_name(m->graph->nodes[n].name, name, sizeof name) == 0 && strcmp(name, link) == 0;
-    if (!known)
+    if (!known) {
+      for (char *c = name + snprintf(name, sizeof name, "%s", link) - 1; c >= name; c--) /* back to '/' names */
+        if (*c == '.') *c = '/';
       return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s' holds variable '%s' (dataset variables/%s), which "
                            "this config's model does not have: it was written by a different model or optimizer; "
                            "restore it with the config it holds (mtf ckpt inspect) or start with --fresh",
-                           path, link, link);
+                           path, name, link);
+    }
   }
   return MTF_OK;
+}
+
+/* The innermost message of HDF5's error stack ("truncated file: eof = ..."), for reports. */
+static herr_t keep_first_message(unsigned n, const H5E_error2_t *entry, void *data) {
+  if (n == 0 && entry->desc) snprintf((char *)data, MTF_ERROR_MSG_MAX / 4, "%s", entry->desc);
+  return 0;
+}
+
+static void hdf5_reason(char *buf) {
+  buf[0] = '\0';
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_first_message, buf);
+  if (!buf[0]) snprintf(buf, MTF_ERROR_MSG_MAX / 4, "not an HDF5 file");
 }
 
 static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
@@ -347,9 +362,11 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   hid_t fapl = mpio_access();
   hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+  char reason[MTF_ERROR_MSG_MAX / 4];
+  if (file < 0) hdf5_reason(reason); /* before the next HDF5 call clears the error stack */
   if (fapl >= 0) H5Pclose(fapl);
-  int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or "
-                                    "damaged", path)
+  int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5 (%s): missing, truncated "
+                                    "or damaged", path, reason)
                     : read_state(file, path, st, err);
   hid_t group = rc == MTF_OK ? H5Gopen2(file, "variables", H5P_DEFAULT) : -1;
   if (rc == MTF_OK && group < 0)
@@ -367,9 +384,12 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   if (rc == MTF_OK && need_slots) rc = mtf_io_agree(m->comm, check_no_extra(m, group, path, err), err);
   if (dxpl >= 0) H5Pclose(dxpl);
   if (group >= 0) H5Gclose(group);
-  if (file >= 0 && H5Fclose(file) < 0 && rc == MTF_OK)
-    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': closing failed", path);
-  return mtf_io_agree(m->comm, rc, err);
+  int closed = file < 0 || H5Fclose(file) >= 0;
+  /* rc has been agreed on already; only the close is left to agree on. */
+  if (rc == MTF_OK)
+    rc = mtf_io_agree(m->comm, closed ? MTF_OK : mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': closing failed", path),
+                      err);
+  return rc;
 }
 
 int mtf_ckpt_restore(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
