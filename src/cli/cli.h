@@ -13,6 +13,7 @@ int mtf_cmd_layout(int argc, char **argv);
 int mtf_cmd_commcheck(int argc, char **argv);
 int mtf_cmd_train(int argc, char **argv);
 int mtf_cmd_eval(int argc, char **argv);
+int mtf_cmd_generate(int argc, char **argv);
 int mtf_cmd_plan(int argc, char **argv);
 int mtf_cmd_data(int argc, char **argv);
 int mtf_cmd_ckpt(int argc, char **argv);

@@ -1,4 +1,4 @@
-/* `mtf train`, `mtf eval` and `mtf plan`: the config is read on rank 0 (with --set/--mesh/--layout
+/* `mtf train`, `mtf eval`, `mtf generate` and `mtf plan`: the config is read on rank 0 (with --set/--mesh/--layout
  * overrides) and broadcast; a bad config fails on every rank with rank 0's message. */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "config/config.h"
 #include "lower/plan.h"
+#include "run/generate.h"
 #include "run/program.h"
 #include "run/train.h"
 
@@ -23,21 +24,33 @@ typedef struct common_args {
   int json;
   const char *resume_from; /* train --from */
   int fresh;               /* train --fresh */
-  const char *checkpoint;  /* eval --checkpoint */
+  const char *checkpoint;  /* eval and generate --checkpoint */
+  mtf_generate_options generate;
 } common_args;
 
 static void usage(FILE *out, const char *command) {
-  int train = strcmp(command, "train") == 0, eval = strcmp(command, "eval") == 0;
+  int train = strcmp(command, "train") == 0, eval = strcmp(command, "eval") == 0,
+      generate = strcmp(command, "generate") == 0;
   fprintf(out, "usage: %s%s CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]%s%s\n",
-          strcmp(command, "plan") == 0 ? "mtf " : "mpiexec -n N mtf ", command, train ? "" : " [--json]",
-          train ? " [--from PATH | --fresh]" : eval ? " [--checkpoint PATH]" : "");
+          strcmp(command, "plan") == 0 ? "mtf " : "mpiexec -n N mtf ", command, train || generate ? "" : " [--json]",
+          train ? " [--from PATH | --fresh]"
+          : eval ? " [--checkpoint PATH]"
+          : generate ? "\n           [--checkpoint PATH] --prompt TEXT [--max-new N] [--temperature T] [--top-k K] [--seed S]"
+                     : "");
   fprintf(out,
           "\n"
           "  CONFIG               a YAML config (see configs/ and the README's config reference)\n"
           "  --set key.path=value override one key, e.g. --set train.steps=50 (repeatable)\n"
           "  --mesh SHAPE         override mesh.shape, e.g. 'b:2;m:2'\n"
           "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n");
-  if (!train) fprintf(out, "  --json               print the result as JSON\n");
+  if (!train && !generate) fprintf(out, "  --json               print the result as JSON\n");
+  if (generate)
+    fprintf(out, "  --checkpoint PATH    the checkpoint to sample from (default: RUN_DIR/checkpoints' latest good one)\n"
+                 "  --prompt TEXT        the text to continue (byte tokenizer)\n"
+                 "  --max-new N          tokens to generate (default 200); stops early at end-of-text\n"
+                 "  --temperature T      sampling temperature (default 1; 0 = greedy)\n"
+                 "  --top-k K            sample among the K most likely tokens (default 0 = all)\n"
+                 "  --seed S             sampling seed (default 1); every mesh gives the same text for one seed\n");
   if (train)
     fprintf(out, "  --from PATH          resume from this checkpoint (default: RUN_DIR/checkpoints/latest, if any)\n"
                  "  --fresh              start at step 0 even if RUN_DIR/checkpoints holds checkpoints\n"
@@ -58,8 +71,12 @@ static int parse_args(int argc, char **argv, const char *command, common_args *a
                                           {"layout", required_argument, 0, 'l'}, {"json", no_argument, 0, 'j'},
                                           {"from", required_argument, 0, 'f'}, {"fresh", no_argument, 0, 'F'},
                                           {"checkpoint", required_argument, 0, 'c'}, {"help", no_argument, 0, 'h'},
-                                          {0, 0, 0, 0}};
+                                          {"prompt", required_argument, 0, 'p'}, {"max-new", required_argument, 0, 'n'},
+                                          {"temperature", required_argument, 0, 't'}, {"top-k", required_argument, 0, 'k'},
+                                          {"seed", required_argument, 0, 'S'}, {0, 0, 0, 0}};
   memset(args, 0, sizeof *args);
+  args->generate = (mtf_generate_options){.max_new = 200, .temperature = 1.0, .top_k = 0, .seed = 1};
+  int generate = strcmp(command, "generate") == 0;
   int opt;
   optind = 1;
   while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
@@ -90,18 +107,43 @@ static int parse_args(int argc, char **argv, const char *command, common_args *a
         else args->fresh = 1;
         break;
       case 'c':
-        if (strcmp(command, "eval") != 0) {
+        if (strcmp(command, "eval") != 0 && !generate) {
           usage(stderr, command);
           return MTF_EXIT_USAGE;
         }
         args->checkpoint = optarg;
         break;
+      case 'p':
+      case 'n':
+      case 't':
+      case 'k':
+      case 'S': {
+        char *end = NULL;
+        double value = opt == 'p' ? 0 : strtod(optarg, &end);
+        if (!generate || (opt != 'p' && (*optarg == '\0' || *end != '\0' || value < 0 || (opt != 't' && value != (int64_t)value)))) {
+          if (generate) fprintf(stderr, "mtf generate: bad value '%s' for --%s\n\n", optarg,
+                                opt == 'n' ? "max-new" : opt == 't' ? "temperature" : opt == 'k' ? "top-k" : "seed");
+          usage(stderr, command);
+          return MTF_EXIT_USAGE;
+        }
+        if (opt == 'p') args->generate.prompt = optarg;
+        if (opt == 'n') args->generate.max_new = (int64_t)value;
+        if (opt == 't') args->generate.temperature = value;
+        if (opt == 'k') args->generate.top_k = (int64_t)value;
+        if (opt == 'S') args->generate.seed = (uint64_t)value;
+        break;
+      }
       case 'h': usage(stdout, command); return -1;
       default: usage(stderr, command); return MTF_EXIT_USAGE;
     }
   }
   if (optind != argc - 1) {
     fprintf(stderr, "mtf %s: %s\n\n", command, optind >= argc ? "a CONFIG file is required" : "only one CONFIG file");
+    usage(stderr, command);
+    return MTF_EXIT_USAGE;
+  }
+  if (generate && !args->generate.prompt) {
+    fprintf(stderr, "mtf generate: --prompt is required (it may be empty: --prompt '')\n\n");
     usage(stderr, command);
     return MTF_EXIT_USAGE;
   }
@@ -159,9 +201,11 @@ static int run_mpi(int argc, char **argv, const char *command) {
     fflush(stdout);
   }
   mtf_train_options options = {.resume_from = args.resume_from, .fresh = args.fresh};
+  args.generate.checkpoint = args.checkpoint;
   if (rc == MTF_OK)
-    rc = strcmp(command, "train") == 0 ? mtf_train_run(cfg, &options, &err)
-                                       : mtf_eval_run(cfg, args.json, args.checkpoint, &err);
+    rc = strcmp(command, "train") == 0  ? mtf_train_run(cfg, &options, &err)
+         : strcmp(command, "eval") == 0 ? mtf_eval_run(cfg, args.json, args.checkpoint, &err)
+                                        : mtf_generate_run(cfg, &args.generate, &err);
   int stopped = rc == MTF_RUN_INTERRUPTED || rc == MTF_RUN_PREEMPTED;
   if (rc != MTF_OK && rank == 0) fprintf(stderr, stopped ? "mtf %s: %s\n" : "mtf %s: error: %s\n", command, err.msg);
   free(cfg);
@@ -171,6 +215,7 @@ static int run_mpi(int argc, char **argv, const char *command) {
 
 int mtf_cmd_train(int argc, char **argv) { return run_mpi(argc, argv, "train"); }
 int mtf_cmd_eval(int argc, char **argv) { return run_mpi(argc, argv, "eval"); }
+int mtf_cmd_generate(int argc, char **argv) { return run_mpi(argc, argv, "generate"); }
 
 static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   const mtf_plan_stats *stats = mtf_plan_get_stats(p->train_plan);

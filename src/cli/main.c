@@ -14,6 +14,7 @@ typedef struct command {
 static const command commands[] = {
     {"train", mtf_cmd_train, "train the transformer of a YAML config (run under mpiexec/srun)"},
     {"eval", mtf_cmd_eval, "loss and perplexity on the config's eval shards (run under mpiexec/srun)"},
+    {"generate", mtf_cmd_generate, "sample text from a checkpoint (run under mpiexec/srun)"},
     {"plan", mtf_cmd_plan, "variables, layouts, memory, FLOPs and communication per rank (one process)"},
     {"layout", mtf_cmd_layout, "show how layout rules split tensors over a mesh (one process)"},
     {"commcheck", mtf_cmd_commcheck, "check the mesh communicators and every collective (run under mpiexec/srun)"},

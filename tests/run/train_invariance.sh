@@ -9,11 +9,12 @@ name=$(echo "$nprocs-$mesh-$layout-$*" | tr -c 'A-Za-z0-9_-' '_')
 one="$work/one-$(echo "$*" | tr -c 'A-Za-z0-9_-' '_')" many="$work/$name"
 mkdir -p "$work"; rm -rf "$many"
 common=(--set "data.train=$data/train-*.h5" --set "data.eval=" "$@")
-if [ ! -s "$one/metrics.jsonl" ]; then
+# The one-rank reference is shared by the tests with the same options; a new mtf binary invalidates it.
+if [ ! -s "$one/metrics.jsonl" ] || [ "$mtf" -nt "$one/metrics.jsonl" ]; then
   rm -rf "$one"
-  "$mpiexec" -n 1 "$mtf" train "$config" "${common[@]}" --set "run.dir=$one" > "$one.log" 2>&1 || { cat "$one.log"; exit 1; }
+  "$mpiexec" -n 1 "$mtf" train "$config" --fresh "${common[@]}" --set "run.dir=$one" > "$one.log" 2>&1 || { cat "$one.log"; exit 1; }
 fi
-"$mpiexec" -n "$nprocs" "$mtf" train "$config" "${common[@]}" --set "run.dir=$many" --mesh "$mesh" --layout "$layout" \
+"$mpiexec" -n "$nprocs" "$mtf" train "$config" --fresh "${common[@]}" --set "run.dir=$many" --mesh "$mesh" --layout "$layout" \
   > "$many.log" 2>&1 || { cat "$many.log"; exit 1; }
 extract() { sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+),.*/\1 \2/' "$1/metrics.jsonl"; }
 paste -d' ' <(extract "$one") <(extract "$many") | awk -v what="$mesh $layout $*" '

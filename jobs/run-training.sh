@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The body of the training job templates (transformer.slurm, transformer-cpu.slurm), run as the batch
+# shell inside the allocation. It launches one MPI rank per task with srun --mpi=pmix and handles Slurm's
+# warnings: on SIGUSR1 (the templates' --signal=B:USR1@...) or SIGTERM (preemption) it asks mtf to write
+# a checkpoint and stop; mtf then exits 75, and this script requeues the job, which resumes from that
+# checkpoint when it starts again. Settings come from the template's environment (see the templates).
+set -uo pipefail
+: "${SLURM_JOB_ID:?submit a template with sbatch (e.g. sbatch jobs/transformer-cpu.slurm)}"
+MTF_HOME=${MTF_HOME:-$SLURM_SUBMIT_DIR}
+MTF=${MTF:-$MTF_HOME/build/src/mtf}
+: "${CONFIG:?CONFIG is not set}" "${RUN_DIR:?RUN_DIR is not set}"
+read -r -a extra <<< "${MTF_ARGS:-}"
+[ -n "${MESH:-}" ] && extra+=(--mesh "$MESH")
+[ -n "${LAYOUT:-}" ] && extra+=(--layout "$LAYOUT")
+threads=${SLURM_CPUS_PER_TASK:-1}
+export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+say() { echo "[$(date '+%F %T')] job $SLURM_JOB_ID: $*"; }
+[ -x "$MTF" ] || { say "no mtf binary at $MTF: build it first (cmake -S . -B build && cmake --build build) or set MTF"; exit 1; }
+
+say "start (restart count ${SLURM_RESTART_COUNT:-0}): $SLURM_NTASKS ranks on ${SLURM_JOB_NUM_NODES:-1} node(s)," \
+    "$threads thread(s) each; config $CONFIG, run dir $RUN_DIR ${extra[*]}"
+warned=0
+pid=
+forward() {
+  warned=1
+  say "SIG$1: asking mtf to checkpoint and stop"
+  [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+cd "$MTF_HOME" || exit 1
+srun --mpi=pmix --kill-on-bad-exit=1 "$MTF" train "$CONFIG" --set "run.dir=$RUN_DIR" "${extra[@]}" &
+pid=$!
+# `wait` returns early when a trapped signal arrives; keep waiting until srun itself has ended.
+while :; do
+  wait "$pid"
+  status=$?
+  kill -0 "$pid" 2>/dev/null || break
+done
+if [ "$status" = 75 ]; then
+  say "checkpoint written; requeueing to resume from it"
+  scontrol requeue "$SLURM_JOB_ID" && exit 0
+  say "scontrol requeue failed: resubmit the same template; it resumes from $RUN_DIR/checkpoints/latest"
+fi
+say "done, exit status $status"
+exit "$status"

@@ -1,0 +1,146 @@
+/* `mtf generate`: samples text from a trained model on any mesh. Each new token re-runs the model on the
+ * whole (sliding) context; a cached fast path can come later. The batch holds copies of the context, as
+ * many as the mesh axis splitting `batch` needs, and row 0 is used. Every rank fetches the same logits and
+ * samples with the same generator, so all ranks agree on every token without extra communication. */
+#include "run/generate.h"
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "comm/mpi_comm.h"
+#include "graph/graph.h"
+#include "model/transformer.h"
+
+#define EOT_ID 256 /* the byte tokenizer's end-of-text id (docs/DATA.md) */
+
+/* Rows of the generation batch: the size of the mesh axis that splits `batch` (1 when none does). */
+static int64_t batch_rows(const mtf_config *cfg) {
+  for (int i = 0; i < cfg->layout.count; i++)
+    if (strcmp(cfg->layout.rules[i].dim, "batch") == 0) {
+      int axis = mtf_shape_index_of(&cfg->mesh_shape, cfg->layout.rules[i].axis);
+      if (axis >= 0) return cfg->mesh_shape.dims[axis].size;
+    }
+  return 1;
+}
+
+static uint64_t next_random(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/* Samples from softmax(logits / temperature) restricted to the top_k largest (0 = all); temperature 0
+ * is greedy. */
+static int sample(const float *logits, int64_t vocab, double temperature, int64_t top_k, uint64_t *rng) {
+  int64_t best = 0;
+  for (int64_t v = 1; v < vocab; v++)
+    if (logits[v] > logits[best]) best = v;
+  if (temperature <= 0) return (int)best;
+  double threshold = -INFINITY;
+  if (top_k > 0 && top_k < vocab) { /* the k-th largest logit, by repeated selection (k is small) */
+    double previous = INFINITY;
+    for (int64_t k = 0; k < top_k; k++) {
+      double next = -INFINITY;
+      for (int64_t v = 0; v < vocab; v++)
+        if (logits[v] < previous && logits[v] > next) next = logits[v];
+      previous = next;
+    }
+    threshold = previous;
+  }
+  double total = 0;
+  for (int64_t v = 0; v < vocab; v++)
+    if (logits[v] >= threshold) total += exp((logits[v] - logits[best]) / temperature);
+  double u = (double)(next_random(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
+  for (int64_t v = 0; v < vocab; v++) {
+    if (logits[v] < threshold) continue;
+    acc += exp((logits[v] - logits[best]) / temperature);
+    if (acc >= u) return (int)v;
+  }
+  return (int)best;
+}
+
+int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
+  if (cfg->model.vocab < 257)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: generate speaks the byte tokenizer, which needs model.vocab >= 257",
+                         cfg->source);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int64_t rows = batch_rows(cfg), length = cfg->model.length, vocab = cfg->model.vocab;
+  mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
+  mtf_transformer model;
+  mtf_comm *comm = NULL;
+  mtf_plan *plan = NULL;
+  mtf_session *session = NULL;
+  int rc = mtf_transformer_build(g, &cfg->model, rows, 0.0f, &model, err);
+  if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, 0, 1, &model.logits, &plan, err);
+  if (rc == MTF_OK) {
+    mtf_plan_destroy(plan); /* rank 0's plan only checked the layout, alike on every rank */
+    plan = NULL;
+    rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);
+  }
+  if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, comm->rank, 1, &model.logits, &plan, err);
+  if (rc == MTF_OK) rc = mtf_session_create(plan, comm, NULL, &session, err);
+  mtf_ckpt_state state = {0};
+  if (rc == MTF_OK) {
+    mtf_ckpt_model ckpt = {.graph = g, .plan = plan, .session = session, .comm = comm, .params = model.params,
+                           .n_params = model.n_params};
+    if (opts->checkpoint) {
+      rc = mtf_ckpt_restore(&ckpt, opts->checkpoint, 0, &state, NULL, err);
+    } else {
+      char dir[MTF_CONFIG_PATH + 16], path[MTF_CKPT_PATH_MAX];
+      int found = 0;
+      snprintf(dir, sizeof dir, "%s/checkpoints", cfg->run_dir);
+      rc = mtf_ckpt_restore_latest(&ckpt, dir, 0, &state, &found, path, sizeof path, NULL, err);
+      if (rc == MTF_OK && !found)
+        rc = mtf_error_set(err, MTF_ERR_INVALID, "no checkpoint in %s: train first (mtf train %s), or give --checkpoint PATH",
+                           dir, cfg->source);
+    }
+  }
+  int64_t step = state.step;
+  float *tokens = calloc((size_t)(rows * length), sizeof(float));
+  float *logits = malloc(sizeof(float) * (size_t)(rows * length * vocab));
+  int64_t prompt_len = (int64_t)strlen(opts->prompt), capacity = prompt_len + opts->max_new + 1, n = 0;
+  int32_t *context = malloc(sizeof(int32_t) * (size_t)capacity);
+  if (rc == MTF_OK && (!tokens || !logits || !context)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  for (int64_t i = 0; i < prompt_len && rc == MTF_OK; i++) context[n++] = (unsigned char)opts->prompt[i];
+  if (rc == MTF_OK && n == 0) context[n++] = EOT_ID; /* an empty prompt starts a new document */
+  if (rc == MTF_OK && rank == 0) {
+    printf("generate: checkpoint at step %lld, temperature %g, top-k %lld, seed %llu\n", (long long)step,
+           opts->temperature, (long long)opts->top_k, (unsigned long long)opts->seed);
+    printf("%s", opts->prompt);
+    fflush(stdout);
+  }
+  uint64_t rng = opts->seed;
+  for (int64_t produced = 0; produced < opts->max_new && rc == MTF_OK; produced++) {
+    int64_t start = n > length ? n - length : 0, used = n - start;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t t = 0; t < length; t++) tokens[r * length + t] = t < used ? (float)context[start + t] : 0.0f;
+    if (mtf_session_set_input(session, model.tokens, tokens, err) || mtf_session_run(session, err) ||
+        mtf_session_fetch(session, model.logits, logits, err)) {
+      fprintf(stderr, "mtf generate: rank %d: %s\n", rank, err->msg);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int next = sample(logits + (used - 1) * vocab, vocab, opts->temperature, opts->top_k, &rng);
+    if (next == EOT_ID) break;
+    context[n++] = next;
+    if (rank == 0) {
+      if (next < 256) putchar(next);
+      fflush(stdout);
+    }
+  }
+  if (rc == MTF_OK && rank == 0) printf("\n");
+  free(tokens);
+  free(logits);
+  free(context);
+  mtf_session_destroy(session);
+  mtf_plan_destroy(plan);
+  mtf_transformer_free(&model);
+  mtf_graph_destroy(g);
+  if (comm) mtf_comm_destroy(comm);
+  return rc;
+}

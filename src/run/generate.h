@@ -1,0 +1,20 @@
+/* `mtf generate` under MPI (MPI_Init done by the caller): see generate.c. */
+#ifndef MTF_RUN_GENERATE_H
+#define MTF_RUN_GENERATE_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+
+typedef struct mtf_generate_options {
+  const char *checkpoint; /* a checkpoint file, or NULL for the run directory's latest */
+  const char *prompt;
+  int64_t max_new;
+  double temperature;     /* 0 = greedy */
+  int64_t top_k;          /* 0 = the whole vocabulary */
+  uint64_t seed;
+} mtf_generate_options;
+
+int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err);
+
+#endif
