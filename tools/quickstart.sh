@@ -11,7 +11,7 @@ say "installing what is missing (Debian packages)"
 bash tools/install-deps.sh
 
 say "building mtf (build/)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
+cmake -S . -B build > build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
 rm -f build-configure.log
 cmake --build build -j "$(nproc)" --target mtf
 
@@ -33,9 +33,10 @@ mesh=(--mesh "b:$ranks" --layout batch:b)
 run_dir=runs/quickstart
 
 say "evaluating the untrained model ($ranks rank(s) x $OPENBLAS_NUM_THREADS thread(s))"
-"${run[@]}" eval configs/tiny.yaml "${mesh[@]}" --set run.dir="$run_dir-untrained" --json | tee runs-untrained.json
-untrained=$(sed -E 's/.*"loss": ([0-9.]+).*/\1/' runs-untrained.json)
-rm -f runs-untrained.json
+# Zero training steps: mtf train only evaluates the freshly initialised model.
+untrained=$("${run[@]}" train configs/tiny.yaml "${mesh[@]}" --fresh --set train.steps=0 --set run.dir="$run_dir-untrained" \
+            | sed -nE 's/^eval: loss ([0-9.]+).*/\1/p')
+echo "untrained eval loss: $untrained"
 
 say "training configs/tiny.yaml"
 "${run[@]}" train configs/tiny.yaml "${mesh[@]}" --fresh --set run.dir="$run_dir" --set train.checkpoint_every=100 \

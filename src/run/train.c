@@ -214,9 +214,12 @@ int mtf_eval_run(const mtf_config *cfg, int json, const char *checkpoint, mtf_er
   return rc;
 }
 
-static FILE *open_metrics(const run_state *st, mtf_error *err) {
+/* Keeps only the lines of metrics.jsonl up to `steps_done`: a run that resumes from a checkpoint logs the
+ * steps after it again, and a run from step 0 starts a new file (the old one is kept as
+ * metrics.jsonl.previous). */
+static FILE *open_metrics(const run_state *st, int64_t steps_done, mtf_error *err) {
   if (st->rank != 0) return NULL;
-  char path[MTF_CONFIG_PATH + 32];
+  char path[MTF_CONFIG_PATH + 32], kept[MTF_CONFIG_PATH + 48];
   snprintf(path, sizeof path, "%s/config.yaml", st->cfg->run_dir);
   FILE *f = fopen(path, "w");
   if (f) {
@@ -224,8 +227,26 @@ static FILE *open_metrics(const run_state *st, mtf_error *err) {
     fclose(f);
   }
   snprintf(path, sizeof path, "%s/metrics.jsonl", st->cfg->run_dir);
-  FILE *metrics = fopen(path, "a");
-  if (!metrics) mtf_error_set(err, MTF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+  snprintf(kept, sizeof kept, "%s.previous", path);
+  if (rename(path, kept) != 0 && errno != ENOENT) {
+    mtf_error_set(err, MTF_ERR_IO, "cannot rename '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  FILE *metrics = fopen(path, "w");
+  if (!metrics) {
+    mtf_error_set(err, MTF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  FILE *old = steps_done > 0 ? fopen(kept, "r") : NULL;
+  char line[1024];
+  long long step;
+  while (old && fgets(line, sizeof line, old))
+    if (sscanf(line, "{\"step\": %lld", &step) == 1 && step <= steps_done) fputs(line, metrics);
+  if (old) {
+    fclose(old);
+    remove(kept);
+  }
+  fflush(metrics);
   return metrics;
 }
 
@@ -306,7 +327,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
     teardown(&st);
     return rc;
   }
-  FILE *metrics = open_metrics(&st, err);
+  FILE *metrics = open_metrics(&st, steps_done, err);
   const mtf_plan_stats *stats = mtf_plan_get_stats(st.program.train_plan);
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
   double peak = measure_peak_flops(), total_peak = peak;
