@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
+#include "core/paths.h"
 
 #define MAX_FILES 4096
 
@@ -160,18 +161,5 @@ void mtf_ckpt_dir_prune(const char *dir, const char *name, int64_t keep) {
 }
 
 int mtf_ckpt_dir_make(const char *dir, mtf_error *err) {
-  char buf[MTF_CKPT_PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1;; p++) {
-    char c = *p;
-    if (c == '/' || c == '\0') {
-      *p = '\0';
-      if (mkdir(buf, 0775) != 0 && errno != EEXIST)
-        return mtf_error_set(err, MTF_ERR_IO, "cannot create checkpoint directory '%s': %s (set run.dir to a writable "
-                             "place)", buf, strerror(errno));
-      *p = c;
-    }
-    if (c == '\0') break;
-  }
-  return MTF_OK;
+  return mtf_make_dirs(dir, "checkpoint directory", "set run.dir to a writable place", err);
 }

@@ -14,6 +14,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_comm.h"
+#include "core/paths.h"
 #include "io/loader.h"
 #include "run/program.h"
 #include "train/schedule.h"
@@ -31,23 +32,6 @@ static _Noreturn void abort_job(int rank, const char *what, const mtf_error *err
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
-}
-
-static int make_dirs(const char *path, mtf_error *err) {
-  char buf[MTF_CONFIG_PATH];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1;; p++) {
-    char c = *p;
-    if (c == '/' || c == '\0') {
-      *p = '\0';
-      if (mkdir(buf, 0775) != 0 && errno != EEXIST)
-        return mtf_error_set(err, MTF_ERR_IO, "cannot create run directory '%s': %s (set run.dir to a writable place)",
-                             buf, strerror(errno));
-      *p = c;
-    }
-    if (c == '\0') break;
-  }
-  return MTF_OK;
 }
 
 /* A measured ceiling for MFU: sgemm GFLOP/s of this rank's BLAS threads on a 512^3 product. */
@@ -311,7 +295,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int dir_rc = rank == 0 ? make_dirs(cfg->run_dir, err) : MTF_OK;
+  int dir_rc = rank == 0 ? mtf_make_dirs(cfg->run_dir, "run directory", "set run.dir to a writable place", err) : MTF_OK;
   MPI_Bcast(&dir_rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (dir_rc) return rank == 0 ? dir_rc : mtf_error_set(err, dir_rc, "rank 0 could not create the run directory");
 
