@@ -27,6 +27,9 @@ int main(int argc, char **argv) {
   CHECK_CONTAINS(err.msg, "test.yaml:1:1: unknown section 'modle'; did you mean 'model'?");
   CHECK(load(cfg, "train:\n  steps: -1\n", &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "test.yaml:2:10: train.steps: -1 is out of range");
+  CHECK(load(cfg, "train:\n  seed: 12345678901234567\n", &err) == MTF_OK && cfg->train.seed == 12345678901234567LL);
+  CHECK(load(cfg, "data:\n  eval: ~\n  train: null\n", &err) == MTF_OK && cfg->data_eval[0] == '\0' && cfg->data_train[0] == '\0');
+  CHECK(load(cfg, "data:\n  eval: \"null\"\n", &err) == MTF_OK && strcmp(cfg->data_eval, "null") == 0);
   CHECK(load(cfg, "train:\n  seed: 1.5\n", &err) == MTF_ERR_PARSE);
   CHECK_CONTAINS(err.msg, "train.seed: '1.5' is not an integer");
   CHECK(load(cfg, "model:\n  tie_embeddings: maybe\n", &err) == MTF_ERR_PARSE);

@@ -119,10 +119,11 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
   errno = 0;
   switch (spec->type) {
     case KEY_INT: {
-      double value = strtod(text, &end);
-      if (!*text || *end || errno || value != floor(value))
-        return mtf_error_set(err, MTF_ERR_PARSE, "%s%s: '%s' is not an integer", where, spec->path, text);
-      if (value < spec->min || value > spec->max)
+      long long value = strtoll(text, &end, 10);
+      if (!*text || *end || errno == ERANGE)
+        return mtf_error_set(err, errno == ERANGE ? MTF_ERR_INVALID : MTF_ERR_PARSE, "%s%s: '%s' is not an integer%s",
+                             where, spec->path, text, errno == ERANGE ? " of 64 bits" : "");
+      if ((double)value < spec->min || (double)value > spec->max)
         return mtf_error_set(err, MTF_ERR_INVALID, "%s%s: %s is out of range; it must be between %.0f and %.0f", where,
                              spec->path, text, spec->min, spec->max);
       *(int64_t *)field = (int64_t)value;
@@ -217,7 +218,11 @@ static int load_section(mtf_config *cfg, yaml_document_t *doc, const char *secti
                         value->type == YAML_MAPPING_NODE ? "mapping" : "list");
     char where[MTF_CONFIG_PATH + 40];
     snprintf(where, sizeof where, "%s:%zu:%zu: ", source, value->start_mark.line + 1, value->start_mark.column + 1);
-    MTF_CHECK(store_scalar(cfg, spec, (const char *)value->data.scalar.value, where, err));
+    const char *scalar = (const char *)value->data.scalar.value;
+    int is_null = value->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                  (!strcmp(scalar, "~") || !strcmp(scalar, "null") || !strcmp(scalar, "Null") || !strcmp(scalar, "NULL"));
+    if (is_null && (spec->type == KEY_TEXT || spec->type == KEY_PATH)) scalar = ""; /* `data.eval: ~` means none */
+    MTF_CHECK(store_scalar(cfg, spec, scalar, where, err));
   }
   return MTF_OK;
 }

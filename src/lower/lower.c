@@ -166,6 +166,9 @@ static int lower_reduction(lowering *lw, int node, mtf_axis_set *reduced_axes) {
   s.node = node;
   s.n_in = n->n_inputs;
   *reduced_axes = 0;
+  /* The summed dim that claimed each axis: partial sums of two different dims over one axis cannot be
+   * added up by one allreduce (sum_r A_r B_r is not (sum A)(sum B)), so a second such dim is gathered. */
+  const char *summed_on[MTF_MAX_MESH_AXES] = {0};
   for (int k = 0; k < n->n_inputs; k++) {
     int input = n->inputs[k];
     MTF_CHECK(materialize(lw, input));
@@ -175,10 +178,12 @@ static int lower_reduction(lowering *lw, int node, mtf_axis_set *reduced_axes) {
     for (int d = 0; d < shape.rank; d++) {
       int axis = layout->mesh_axis[d];
       if (axis < 0 || mtf_shape_has(&n->shape, shape.dims[d].name)) continue;
-      if (out_axes & (1u << axis))
+      if ((out_axes & (1u << axis)) || (summed_on[axis] && strcmp(summed_on[axis], shape.dims[d].name) != 0)) {
         MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, axis));
-      else
+      } else {
         *reduced_axes |= 1u << axis;
+        summed_on[axis] = layout->shape.dims[d].name;
+      }
     }
     s.in[k] = buffer;
     s.in_shape[k] = shape;
@@ -406,6 +411,10 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     return rc;
   }
   p->arena_elements = mtf_plan_assign_memory(p);
+  if (p->arena_elements < 0) {
+    mtf_plan_destroy(p);
+    return mtf_error_set(err, MTF_ERR_NOMEM, "plan: out of memory while placing buffers");
+  }
   p->stats.peak_bytes = p->arena_elements * (int64_t)sizeof(float);
   for (int b = 0; b < p->n_buffers; b++)
     if (p->buffers[b].kind == MTF_BUF_ARENA) p->stats.naive_bytes += p->buffers[b].elements * (int64_t)sizeof(float);

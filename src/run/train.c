@@ -1,6 +1,7 @@
 /* The training and evaluation loops: loader -> session -> metrics. Every rank runs the same steps; a
  * failure every rank sees alike (config, layout, data) returns an error on every rank, and a failure
  * inside a collective brings the job down with MPI_Abort. */
+#define _POSIX_C_SOURCE 200809L
 #include "run/train.h"
 
 #include <cblas.h>
@@ -15,6 +16,7 @@
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_comm.h"
 #include "core/paths.h"
+#include "io/agree.h"
 #include "io/loader.h"
 #include "run/program.h"
 #include "train/schedule.h"
@@ -22,6 +24,23 @@
 /* Bits: STOP_CLEAN (SIGINT) stops after the step; STOP_CHECKPOINT (SIGUSR1, SIGTERM) saves first. */
 enum { STOP_CLEAN = 1, STOP_CHECKPOINT = 2 };
 static volatile sig_atomic_t stop_requested;
+
+static void request_stop(int signal_number);
+
+/* Installs (or, with install 0, removes) the stop handlers; each blocks the others while it runs, so the
+ * flag's read-modify-write cannot be interrupted by a second signal. */
+static void handle_stop_signals(int install) {
+  struct sigaction action;
+  memset(&action, 0, sizeof action);
+  action.sa_handler = install ? request_stop : SIG_DFL;
+  sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  sigaddset(&action.sa_mask, SIGUSR1);
+  sigaction(SIGINT, &action, NULL);
+  sigaction(SIGTERM, &action, NULL);
+  sigaction(SIGUSR1, &action, NULL);
+}
 
 static void request_stop(int signal_number) {
   stop_requested |= signal_number == SIGINT ? STOP_CLEAN : STOP_CHECKPOINT;
@@ -84,6 +103,9 @@ static int setup(run_state *st, const mtf_config *cfg, int with_training, mtf_er
     mtf_session_options share = {.share_variables_with = st->train};
     rc = mtf_session_create(st->program.eval_plan, st->comm, &share, &st->eval, err);
   }
+  /* Building a rank's plan and allocating its memory can fail on one rank alone (out of memory): agree,
+   * so that no rank goes on into a collective the failed one will never join. */
+  if (st->comm) rc = mtf_io_agree(st->comm, rc, err);
   return rc;
 }
 
@@ -295,6 +317,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  /* From here on a warning signal (e.g. during restore) is noted and honoured at the first step boundary,
+   * instead of killing the rank without a checkpoint. */
+  handle_stop_signals(1);
   int dir_rc = rank == 0 ? mtf_make_dirs(cfg->run_dir, "run directory", "set run.dir to a writable place", err) : MTF_OK;
   MPI_Bcast(&dir_rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (dir_rc) return rank == 0 ? dir_rc : mtf_error_set(err, dir_rc, "rank 0 could not create the run directory");
@@ -326,9 +351,6 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
            stats->peak_bytes / 1048576.0, stats->variable_bytes / 1048576.0, total_peak / 1e9);
     fflush(stdout);
   }
-  signal(SIGINT, request_stop);
-  signal(SIGTERM, request_stop);
-  signal(SIGUSR1, request_stop);
 
   int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
@@ -405,9 +427,6 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
       if (rc == MTF_OK) print_eval(&st, loss, tokens, 0);
     }
   }
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGUSR1, SIG_DFL);
   free(raw);
   free(inputs);
   free(targets);
@@ -420,5 +439,6 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   }
   if (metrics) fclose(metrics);
   teardown(&st);
+  handle_stop_signals(0);
   return rc;
 }

@@ -115,6 +115,52 @@ static void check_refused(const model_block *m, const char *mesh_text, const cha
   if (world_rank == 0) printf("refused as expected: mesh %s, layout %s:\n  %s\n", mesh_text, layout_text, err.msg);
 }
 
+
+/* An einsum where each input sums a dimension of its own, both split over the same mesh axis: the partial
+ * sums must not be added by one allreduce (sum_r A_r B_r is not (sum A)(sum B)). */
+static void check_private_sums(const mtf_shape *mesh, mtf_comm *comm, mtf_comm *self) {
+  mtf_graph *g = mtf_graph_create(5);
+  mtf_shape xs, ws, out, scalar = {0};
+  mtf_shape_parse("x:4,j:4", "x", &xs, NULL);
+  mtf_shape_parse("k:4,y:4", "w", &ws, NULL);
+  mtf_shape_parse("x:4,y:4", "out", &out, NULL);
+  mtf_tensor vars[2] = {mtf_variable(g, "a", &xs, MTF_INIT_NORMAL, 1.0f), mtf_variable(g, "b", &ws, MTF_INIT_NORMAL, 1.0f)};
+  mtf_tensor y = mtf_einsum2(g, vars[0], vars[1], &out), grads[2];
+  mtf_tensor loss = mtf_reduce_sum(g, mtf_square(g, y), &scalar);
+  mtf_gradients(g, loss, 2, vars, grads);
+  mtf_tensor fetches[4] = {loss, y, grads[0], grads[1]};
+  for (int a = 0; a < mesh->rank; a++) {
+    char text[64];
+    snprintf(text, sizeof text, "j:%s;k:%s", mesh->dims[a].name, mesh->dims[a].name);
+    mtf_layout_rules rules, none = {0};
+    mtf_layout_rules_parse(text, &rules, NULL);
+    float got[16], want[16];
+    double worst = 0;
+    for (int f = 0; f < 4; f++) {
+      for (int pass = 0; pass < 2; pass++) {
+        mtf_plan *plan;
+        mtf_session *s;
+        mtf_error err;
+        mtf_shape one = {0};
+        mtf_comm *c = pass ? comm : self;
+        if (mtf_plan_create(g, pass ? mesh : &one, pass ? &rules : &none, c->rank, 4, fetches, &plan, &err) ||
+            mtf_session_create(plan, c, NULL, &s, &err) || mtf_session_run(s, &err) ||
+            mtf_session_fetch(s, fetches[f], pass ? got : want, &err))
+          fail_job("private sums", &err);
+        mtf_session_destroy(s);
+        mtf_plan_destroy(plan);
+      }
+      int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, fetches[f]));
+      double scale = 1e-30;
+      for (int64_t e = 0; e < n; e++) scale = fmax(scale, fabs(want[e]));
+      for (int64_t e = 0; e < n; e++) worst = fmax(worst, fabs((double)got[e] - want[e]) / scale);
+    }
+    if (world_rank == 0) printf("%-42s private sums on one axis: max relative error %.2e\n", text, worst);
+    CHECK(worst <= 1e-5);
+  }
+  mtf_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -128,6 +174,7 @@ int main(int argc, char **argv) {
   if (mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err) || mtf_comm_mpi_create(MPI_COMM_SELF, &one, &self, &err))
     fail_job("communicator", &err);
 
+  check_private_sums(&mesh, comm, self);
   for (int with_dropout = 0; with_dropout < 2; with_dropout++) {
     model_block m;
     if (model_block_build(&m, with_dropout ? 0.2f : 0.0f, &err)) fail_job("graph", &err);
