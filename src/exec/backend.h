@@ -12,8 +12,9 @@ typedef struct mtf_backend_ops {
   const char *name;
   float *(*alloc)(int64_t elements);
   void (*release)(float *p);
-  /* out = sum over dims absent from out of the product of the inputs (1 or 2). */
-  void (*einsum)(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
+  /* out = sum over dims absent from out of the product of the inputs (1 or 2). Returns MTF_OK, or
+   * MTF_ERR_NOMEM when scratch space for transposed operands cannot be had. */
+  int (*einsum)(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
                  float *out);
   void (*reduce_max)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);
   void (*broadcast)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);

@@ -186,7 +186,7 @@ static int run_kernel(mtf_session *s, const mtf_step *st) {
   switch (n->kind) {
     case MTF_OP_CONSTANT: ops->fill(n->a, count, out); break;
     case MTF_OP_RANGE: ops->range(st->offsets[0], count, out); break;
-    case MTF_OP_EINSUM: ops->einsum(st->n_in, st->in_shape, in, &st->out_shape, out); break;
+    case MTF_OP_EINSUM: return ops->einsum(st->n_in, st->in_shape, in, &st->out_shape, out);
     case MTF_OP_BROADCAST: ops->broadcast(&st->in_shape[0], in[0], &st->out_shape, out); break;
     case MTF_OP_REDUCE_MAX: ops->reduce_max(&st->in_shape[0], in[0], &st->out_shape, out); break;
     case MTF_OP_BINARY: ops->binary(n->sub, &st->in_shape[0], in[0], &st->in_shape[1], in[1], &st->out_shape, out); break;
@@ -209,10 +209,14 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   float *out = buffer_data(s, st->out);
   int64_t dims[MTF_MAX_RANK];
   switch (st->kind) {
-    case MTF_STEP_KERNEL:
-      if (run_kernel(s, st) != MTF_OK)
-        return mtf_error_set(err, MTF_ERR_INVALID, "internal: no kernel for '%s'", s->plan->graph->nodes[st->node].name);
+    case MTF_STEP_KERNEL: {
+      int rc = run_kernel(s, st);
+      if (rc == MTF_ERR_NOMEM)
+        return mtf_error_set(err, rc, "out of memory for the scratch space of '%s'", s->plan->graph->nodes[st->node].name);
+      if (rc != MTF_OK)
+        return mtf_error_set(err, rc, "internal: no kernel for '%s'", s->plan->graph->nodes[st->node].name);
       return MTF_OK;
+    }
     case MTF_STEP_ALLREDUCE: {
       double start = MPI_Wtime();
       int rc = mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,

@@ -139,7 +139,8 @@ static int evaluate(run_state *st, int64_t batches, double *loss, int64_t *token
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   float *inputs = malloc(sizeof(float) * (size_t)(rows * length)), *targets = malloc(sizeof(float) * (size_t)(rows * length));
   double sum = 0;
-  int rc = MTF_OK;
+  int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
+  rc = mtf_io_agree(st->comm, rc, err);
   for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
     rc = mtf_loader_next(loader, raw, err);
     if (rc) break;
@@ -336,7 +337,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
     teardown(&st);
     return rc;
   }
-  FILE *metrics = open_metrics(&st, steps_done, err);
+  mtf_error metrics_err;
+  FILE *metrics = open_metrics(&st, steps_done, &metrics_err);
+  if (!metrics && rank == 0) fprintf(stderr, "mtf train: warning: metrics are not written: %s\n", metrics_err.msg);
   const mtf_plan_stats *stats = mtf_plan_get_stats(st.program.train_plan);
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
   double peak = measure_peak_flops(), total_peak = peak;
@@ -355,6 +358,8 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   float *inputs = malloc(sizeof(float) * (size_t)(rows * length)), *targets = malloc(sizeof(float) * (size_t)(rows * length));
+  rc = mtf_io_agree(st.comm, !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory")
+                                                         : MTF_OK, err);
   double window_start = MPI_Wtime(), window_comm = 0, loss_value = 0;
   int64_t step = 0, window_steps = 0;
   for (step = steps_done + 1; step <= tc->steps && rc == MTF_OK; step++) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "exec/cpu/strided.h"
 
 /* out = sum of `in` over its dims absent from out (or a transposed copy). */
@@ -62,15 +63,16 @@ static const float *prepare(const mtf_shape *shape, const float *data, const mtf
   }
   mtf_shape packed = concat3(batch, outer, inner);
   *scratch = malloc(sizeof(float) * (size_t)mtf_shape_num_elements(&packed) + 1);
+  if (!*scratch) return NULL;
   reduce_into(shape, data, &packed, *scratch); /* a pure transpose: no dim is summed */
   return *scratch;
 }
 
-void mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
-                    float *out) {
+int mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
+                   float *out) {
   if (n_in == 1) {
     reduce_into(&in_shapes[0], in[0], out_shape, out);
-    return;
+    return MTF_OK;
   }
   const mtf_shape *a_shape = &in_shapes[0], *b_shape = &in_shapes[1];
   mtf_shape batch, m, n, k, a_kept, b_kept;
@@ -97,12 +99,17 @@ void mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in
   float *a_summed = NULL, *b_summed = NULL;
   if (a_kept.rank != a_shape->rank) {
     a_summed = malloc(sizeof(float) * (size_t)mtf_shape_num_elements(&a_kept) + 1);
+    if (!a_summed) return MTF_ERR_NOMEM;
     reduce_into(a_shape, a, &a_kept, a_summed);
     a = a_summed;
     a_shape = &a_kept;
   }
   if (b_kept.rank != b_shape->rank) {
     b_summed = malloc(sizeof(float) * (size_t)mtf_shape_num_elements(&b_kept) + 1);
+    if (!b_summed) {
+      free(a_summed);
+      return MTF_ERR_NOMEM;
+    }
     reduce_into(b_shape, b, &b_kept, b_summed);
     b = b_summed;
     b_shape = &b_kept;
@@ -116,6 +123,14 @@ void mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in
   mtf_shape c_shape = concat3(&batch, &m, &n);
   int direct = order_is(out_shape, &batch, &m, &n);
   float *c = direct ? out : malloc(sizeof(float) * (size_t)(nb * M * N) + 1);
+  if (!ap || !bp || !c) {
+    if (!direct) free(c);
+    free(a_packed);
+    free(b_packed);
+    free(a_summed);
+    free(b_summed);
+    return MTF_ERR_NOMEM;
+  }
   for (int64_t i = 0; i < nb; i++)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, ap + i * M * K, ta ? (int)M : (int)K, bp + i * K * N, tb ? (int)K : (int)N, 0.0f,
@@ -128,4 +143,5 @@ void mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in
   free(b_packed);
   free(a_summed);
   free(b_summed);
+  return MTF_OK;
 }

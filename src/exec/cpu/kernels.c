@@ -7,8 +7,8 @@
 #include "exec/cpu/strided.h"
 #include "graph/graph.h"
 
-void mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
-                    float *out);
+int mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
+                   float *out);
 
 static float *cpu_alloc(int64_t elements) {
   size_t bytes = (size_t)(elements > 0 ? elements : 1) * sizeof(float);
