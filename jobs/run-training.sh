@@ -20,9 +20,11 @@ say() { echo "[$(date '+%F %T')] job $SLURM_JOB_ID: $*"; }
 say "start (restart count ${SLURM_RESTART_COUNT:-0}): $SLURM_NTASKS ranks on ${SLURM_JOB_NUM_NODES:-1} node(s)," \
     "$threads thread(s) each; config $CONFIG, run dir $RUN_DIR ${extra[*]}"
 warned=0
+warned_at=0
 pid=
 forward() {
   warned=1
+  warned_at=$(date +%s)
   say "SIG$1: asking mtf to checkpoint and stop"
   [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
 }
@@ -37,7 +39,10 @@ while :; do
   status=$?
   kill -0 "$pid" 2>/dev/null || break
 done
-if [ "$status" = 75 ]; then
+# mtf exits 75 after its checkpoint. srun may report another status when it ends the slower ranks once
+# the first has exited (--kill-on-bad-exit); a checkpoint written since the warning tells the same.
+latest=$RUN_DIR/checkpoints/latest
+if [ "$status" = 75 ] || { [ "$warned" = 1 ] && [ -f "$latest" ] && [ "$(stat -c %Y "$latest")" -ge "$warned_at" ]; }; then
   say "checkpoint written; requeueing to resume from it"
   scontrol requeue "$SLURM_JOB_ID" && exit 0
   say "scontrol requeue failed: resubmit the same template; it resumes from $RUN_DIR/checkpoints/latest"

@@ -130,7 +130,7 @@ static void check_private_sums(const mtf_shape *mesh, mtf_comm *comm, mtf_comm *
   mtf_gradients(g, loss, 2, vars, grads);
   mtf_tensor fetches[4] = {loss, y, grads[0], grads[1]};
   for (int a = 0; a < mesh->rank; a++) {
-    char text[64];
+    char text[2 * MTF_NAME_MAX + 16];
     snprintf(text, sizeof text, "j:%s;k:%s", mesh->dims[a].name, mesh->dims[a].name);
     mtf_layout_rules rules, none = {0};
     mtf_layout_rules_parse(text, &rules, NULL);
