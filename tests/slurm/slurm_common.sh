@@ -9,3 +9,16 @@ wait_for_state() { # job, state regex, seconds
   for i in $(seq $(( $3 * 5 ))); do [[ "$(job_state "$1")" =~ ^($2)$ ]] && return 0; sleep 0.2; done
   echo "job $1 is '$(job_state "$1")' after $3 s, expected $2"; return 1
 }
+
+# Submits jobs/transformer-cpu.slurm with the tiny test model in a fresh WORK dir (run dir WORK/run,
+# output WORK/job-ID.out) and prints the job id. usage: submit_training_job WORK SOURCE_DIR MTF "MTF_ARGS"
+submit_training_job() {
+  local work=$1 source_dir=$2 mtf=$3 args=$4
+  rm -rf "$work" && mkdir -p "$work" && cd "$work" || return 1
+  # Under srun (PMIx direct launch) OpenMPI's dlclosed plugins leave start-up allocations that
+  # LeakSanitizer cannot attribute to a library, so no suppression matches; the mpiexec tests check leaks.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+  sbatch --parsable --output="$work/job-%j.out" \
+    --export="ALL,MTF=$mtf,MTF_HOME=$source_dir,CONFIG=$source_dir/tests/run/tiny-test.yaml,RUN_DIR=$work/run,MTF_ARGS=$args" \
+    "$source_dir/jobs/transformer-cpu.slurm"
+}

@@ -4,15 +4,7 @@
 set -uo pipefail
 source "$(dirname "$0")/slurm_common.sh"
 source_dir=$2 mtf=$3 data=$4 work=$5
-rm -rf "$work"; mkdir -p "$work"
-# Under srun (PMIx direct launch) OpenMPI's dlclosed plugins leave start-up allocations that LeakSanitizer
-# cannot attribute to a library, so no suppression matches; leaks are checked in the mpiexec tests.
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-cd "$work"
-args="--set data.train=$data/train-*.h5 --set data.eval= --set train.steps=30 --set train.checkpoint_every=10 --set train.log_every=10"
-job=$(sbatch --parsable --output="$work/job-%j.out" \
-        --export="ALL,MTF=$mtf,MTF_HOME=$source_dir,CONFIG=$source_dir/tests/run/tiny-test.yaml,RUN_DIR=$work/run,MTF_ARGS=$args" \
-        "$source_dir/jobs/transformer-cpu.slurm") || exit 1
+job=$(submit_training_job "$work" "$source_dir" "$mtf" "--set data.train=$data/train-*.h5 --set data.eval= --set train.steps=30 --set train.checkpoint_every=10 --set train.log_every=10") || exit 1
 echo "submitted job $job"
 wait_for_state "$job" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY" 300
 final=$(job_state "$job")
