@@ -77,21 +77,37 @@ static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set
   p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
 }
 
+/* A step reading one buffer and writing another (or the same, for in-place collectives). */
+static mtf_step one_input_step(mtf_step_kind kind, int node, int in, const mtf_shape *in_shape, int out,
+                               const mtf_shape *out_shape) {
+  mtf_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = kind;
+  s.node = node;
+  s.in[0] = in;
+  s.n_in = 1;
+  s.in_shape[0] = *in_shape;
+  s.out = out;
+  s.out_shape = *out_shape;
+  return s;
+}
+
+/* An in-place allreduce of `buffer` over `axes`. */
+static int emit_allreduce(lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
+                          mtf_reduce_op op) {
+  mtf_step s = one_input_step(MTF_STEP_ALLREDUCE, node, buffer, shape, buffer, shape);
+  s.axes = axes;
+  s.reduce_op = op;
+  count_collective(lw->plan, MTF_COLL_ALLREDUCE, axes, mtf_shape_num_elements(shape));
+  return add_step(lw, &s);
+}
+
 /* Sums partial values over their pending axes, in place. */
 static int materialize_buffer(lowering *lw, int buffer, const mtf_shape *shape) {
   if (lw->pending[buffer] == 0) return MTF_OK;
-  mtf_step s;
-  memset(&s, 0, sizeof s);
-  s.kind = MTF_STEP_ALLREDUCE;
-  s.node = lw->plan->buffers[buffer].node;
-  s.out = s.in[0] = buffer;
-  s.n_in = 1;
-  s.out_shape = s.in_shape[0] = *shape;
-  s.axes = lw->pending[buffer];
-  s.reduce_op = MTF_REDUCE_SUM;
-  count_collective(lw->plan, MTF_COLL_ALLREDUCE, s.axes, mtf_shape_num_elements(shape));
+  mtf_axis_set axes = lw->pending[buffer];
   lw->pending[buffer] = 0;
-  return add_step(lw, &s);
+  return emit_allreduce(lw, lw->plan->buffers[buffer].node, buffer, shape, axes, MTF_REDUCE_SUM);
 }
 
 static int materialize(lowering *lw, int node) {
@@ -105,15 +121,7 @@ static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int
   gathered.dims[d].size *= lw->plan->mesh.dims[axis].size;
   int out = new_buffer(lw, MTF_BUF_ARENA, &gathered, node);
   if (out < 0) return -out;
-  mtf_step s;
-  memset(&s, 0, sizeof s);
-  s.kind = MTF_STEP_ALLGATHER;
-  s.node = node;
-  s.out = out;
-  s.in[0] = *buffer;
-  s.n_in = 1;
-  s.in_shape[0] = *shape;
-  s.out_shape = gathered;
+  mtf_step s = one_input_step(MTF_STEP_ALLGATHER, node, *buffer, shape, out, &gathered);
   s.axes = 1u << axis;
   s.tensor_axis = d;
   count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
@@ -128,15 +136,7 @@ static int slice_to(lowering *lw, int node, int buffer, const mtf_shape *full, c
   mtf_shape out_shape = local_shape(lw->plan, node);
   int out = new_buffer(lw, MTF_BUF_ARENA, &out_shape, node);
   if (out < 0) return -out;
-  mtf_step s;
-  memset(&s, 0, sizeof s);
-  s.kind = MTF_STEP_SLICE;
-  s.node = node;
-  s.out = out;
-  s.in[0] = buffer;
-  s.n_in = 1;
-  s.in_shape[0] = *full;
-  s.out_shape = out_shape;
+  mtf_step s = one_input_step(MTF_STEP_SLICE, node, buffer, full, out, &out_shape);
   memcpy(s.offsets, offsets, sizeof s.offsets);
   MTF_CHECK(add_step(lw, &s));
   lw->plan->value_buffer[node] = out;
@@ -297,18 +297,7 @@ static int lower_node(lowering *lw, int node) {
       mtf_axis_set reduced;
       MTF_CHECK(lower_reduction(lw, node, &reduced));
       if (!reduced) return MTF_OK;
-      int b = p->value_buffer[node];
-      mtf_step s;
-      memset(&s, 0, sizeof s);
-      s.kind = MTF_STEP_ALLREDUCE;
-      s.node = node;
-      s.out = s.in[0] = b;
-      s.n_in = 1;
-      s.out_shape = s.in_shape[0] = local;
-      s.axes = reduced;
-      s.reduce_op = MTF_REDUCE_MAX;
-      count_collective(p, MTF_COLL_ALLREDUCE, reduced, mtf_shape_num_elements(&local));
-      return add_step(lw, &s);
+      return emit_allreduce(lw, node, p->value_buffer[node], &local, reduced, MTF_REDUCE_MAX);
     }
     case MTF_OP_BINARY: {
       /* Sums and differences of partial sums over the same axes stay partial: one allreduce later. */
@@ -395,14 +384,8 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     int variable = g->assigns[i].variable, value = g->assigns[i].value;
     rc = materialize(&lw, value);
     if (rc) break;
-    mtf_step s;
-    memset(&s, 0, sizeof s);
-    s.kind = MTF_STEP_COPY;
-    s.node = variable;
-    s.out = p->value_buffer[variable];
-    s.in[0] = p->value_buffer[value];
-    s.n_in = 1;
-    s.out_shape = s.in_shape[0] = local_shape(p, variable);
+    mtf_shape local = local_shape(p, variable);
+    mtf_step s = one_input_step(MTF_STEP_COPY, variable, p->value_buffer[value], &local, p->value_buffer[variable], &local);
     rc = add_step(&lw, &s);
   }
   free(lw.pending);
