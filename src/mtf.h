@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/agree.h"
+#include "comm/world.h"
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/layout.h"
@@ -49,9 +51,23 @@ const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t);
 mtf_tensor mtf_find_variable(const mtf_graph *g, const char *name);
 /* Gives a tensor a name used in messages and plans ("layer_000/attn/logits"). */
 mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name);
+/* Element type of a tensor: MTF_F32, or MTF_I32 for token ids, labels and indices. */
+mtf_dtype mtf_tensor_dtype(const mtf_graph *g, mtf_tensor t);
+/* The graph's variables in creation order: i in [0, mtf_graph_num_variables). */
+int mtf_graph_num_variables(const mtf_graph *g);
+mtf_tensor mtf_graph_variable(const mtf_graph *g, int i);
+int mtf_tensor_is_variable(const mtf_graph *g, mtf_tensor t);
+
+/* Layout rules checked against a graph without building a plan (pure): one warning for each rule whose
+ * dimension no tensor of the graph has, or whose mesh axis the mesh lacks, with a did-you-mean. Such
+ * rules are ignored by lowering. */
+void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                            mtf_warnings *warnings);
 
 /* ---- sources ---- */
 mtf_tensor mtf_input(mtf_graph *g, const char *name, const mtf_shape *shape);
+/* An int32 input (token ids, labels): set with mtf_session_set_input_int. */
+mtf_tensor mtf_input_int(mtf_graph *g, const char *name, const mtf_shape *shape);
 /* A trainable variable. Its value depends only on (graph seed, name, global element index): the same
  * on every mesh and layout. `scale` is the stddev (normal), half-width (uniform) or value (ones). */
 mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale);
@@ -155,6 +171,20 @@ void mtf_plan_destroy(mtf_plan *plan);
 const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan);
 /* The layout of a tensor under this plan (split axes, slice shape via core/layout.h). */
 const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t);
+const mtf_graph *mtf_plan_graph(const mtf_plan *plan);
+const mtf_shape *mtf_plan_mesh(const mtf_plan *plan);
+int mtf_plan_rank(const mtf_plan *plan);
+/* Elements of this rank's slice of t (0 when the plan does not hold t). */
+int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t);
+
+/* ---- backends ---- */
+/* Checks that a backend kind ("cpu"; later "cuda", "pjrt") is built in and usable here; otherwise an
+ * error such as "unknown backend 'gpu' (built in: cpu)". NULL or "" means "cpu". */
+int mtf_backend_check(const char *kind, mtf_error *err);
+/* The built-in kinds, comma-separated ("cpu"). */
+const char *mtf_backend_kinds(void);
+/* Threads a CPU backend uses on one rank for `requested` (0: cores of this node / ranks on it). */
+int mtf_backend_resolve_threads(int requested, int ranks_per_node);
 
 /* ---- execution ---- */
 typedef struct mtf_session mtf_session;
@@ -164,6 +194,8 @@ typedef struct mtf_session_options {
   /* Use this session's variables (same graph, same mesh and layout) instead of new ones: e.g. an eval
    * plan next to the training plan. Variables the other session lacks are created. */
   const struct mtf_session *share_variables_with;
+  const char *backend; /* backend kind (mtf_backend_check); NULL or "" = "cpu" */
+  int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
@@ -176,6 +208,9 @@ void mtf_session_destroy(mtf_session *s);
 int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err);
 /* ... or just this rank's slice (row-major over the slice shape). */
 int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err);
+/* The same for int32 inputs (mtf_input_int). */
+int mtf_session_set_input_int(mtf_session *s, mtf_tensor input, const int32_t *full, mtf_error *err);
+int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int32_t *slice, mtf_error *err);
 int mtf_session_run(mtf_session *s, mtf_error *err);
 /* A fetched tensor (or variable) as the whole logical tensor, on every rank. Collective: every rank of
  * the mesh must call it, in the same order. */
@@ -185,6 +220,13 @@ const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
 /* Writable storage of a variable's slice on this rank (row-major over its slice shape), for restoring a
  * checkpoint; NULL when t is not a variable this plan holds. Shared variables are shared storage. */
 float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t);
+/* Copies this rank's slice of a computed tensor or variable out of backend memory (mtf_plan_slice_elements
+ * floats), or a variable's slice into it (checkpoints stage through these, so any backend works). */
+int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err);
+int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err);
+/* The backend this session computes on ("cpu") and its threads per rank. */
+const char *mtf_session_backend(const mtf_session *s);
+int mtf_session_threads(const mtf_session *s);
 /* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on
  * every layout): set it to the step number before each run. */
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);

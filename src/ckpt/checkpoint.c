@@ -11,7 +11,7 @@
 #include "ckpt/ckpt_attr.h"
 #include "graph/graph.h"
 #include "lower/plan.h" /* the plan's mesh */
-#include "io/agree.h"
+#include "comm/agree.h"
 #include "io/shard.h"
 
 static _Noreturn void abort_job(int rank, const char *what, const char *path) {
@@ -168,7 +168,7 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
                                     "writable, on a file system all ranks share?)", tmp_path)
                     : MTF_OK;
   mtf_hdf5_unlock(); /* no HDF5 call during the agreement, which may wait for slower ranks */
-  rc = mtf_io_agree(m->comm, rc, err);
+  rc = mtf_comm_agree(m->comm, rc, err);
   mtf_hdf5_lock();
   if (rc != MTF_OK) {
     if (file >= 0) H5Fclose(file);
@@ -204,7 +204,7 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
     rc = mtf_ckpt_dir_make(dir, err);
     if (rc == MTF_OK) rc = mtf_ckpt_dir_new_name(dir, st->step, name, sizeof name, err);
   }
-  MTF_CHECK(mtf_io_agree(m->comm, rc, err));
+  MTF_CHECK(mtf_comm_agree(m->comm, rc, err));
   MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
   char path[2 * MTF_CKPT_PATH_MAX], tmp_path[2 * MTF_CKPT_PATH_MAX + 8];
   snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -220,7 +220,7 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
     rc = mtf_ckpt_dir_commit(dir, name, err);
     if (rc == MTF_OK) mtf_ckpt_dir_prune(dir, name, keep);
   }
-  MTF_CHECK(mtf_io_agree(m->comm, rc, err));
+  MTF_CHECK(mtf_comm_agree(m->comm, rc, err));
   double seconds = MPI_Wtime() - start;
   if (stats) {
     stats->bytes = bytes;
@@ -374,20 +374,20 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (rc == MTF_OK && (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
     rc = mtf_error_set(err, MTF_ERR_IO, "cannot set up collective reads");
-  rc = mtf_io_agree(m->comm, rc, err);
+  rc = mtf_comm_agree(m->comm, rc, err);
   for (int i = 0; i < m->graph->n_nodes && rc == MTF_OK; i++) {
     if (m->graph->nodes[i].kind != MTF_OP_VARIABLE) continue;
     rc = read_variable(m, group, dxpl, i, need_slots || is_param(m, i), path, bytes, err);
     /* Every rank leaves the loop at the same variable, so no rank waits in a read the others skip. */
-    rc = mtf_io_agree(m->comm, rc, err);
+    rc = mtf_comm_agree(m->comm, rc, err);
   }
-  if (rc == MTF_OK && need_slots) rc = mtf_io_agree(m->comm, check_no_extra(m, group, path, err), err);
+  if (rc == MTF_OK && need_slots) rc = mtf_comm_agree(m->comm, check_no_extra(m, group, path, err), err);
   if (dxpl >= 0) H5Pclose(dxpl);
   if (group >= 0) H5Gclose(group);
   int closed = file < 0 || H5Fclose(file) >= 0;
   /* rc has been agreed on already; only the close is left to agree on. */
   if (rc == MTF_OK)
-    rc = mtf_io_agree(m->comm, closed ? MTF_OK : mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': closing failed", path),
+    rc = mtf_comm_agree(m->comm, closed ? MTF_OK : mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': closing failed", path),
                       err);
   return rc;
 }
@@ -417,7 +417,7 @@ int mtf_ckpt_restore_latest(const mtf_ckpt_model *m, const char *dir, int need_s
     n = mtf_ckpt_dir_candidates(dir, names, MAX_CANDIDATES, err);
     if (n < 0) rc = err->code;
   }
-  rc = mtf_io_agree(m->comm, rc, err);
+  rc = mtf_comm_agree(m->comm, rc, err);
   *found = 0;
   if (rc == MTF_OK) {
     MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -73,32 +73,13 @@ static const key_spec schema[] = {
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};
 #define SECTIONS (sizeof sections / sizeof sections[0])
 
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 63 || lb > 63) return 99;
-  int row[64];
-  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diagonal = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diagonal = up;
-      row[j] = best;
-    }
-  }
-  return row[lb];
-}
-
 /* The closest known name (a section or a section.key path), or NULL when nothing is close. */
 static const char *closest(const char *name, int want_section) {
   const char *best = NULL;
   int best_distance = 4;
   for (size_t i = 0; i < (want_section ? SECTIONS : KEYS); i++) {
     const char *candidate = want_section ? sections[i] : schema[i].path;
-    int d = edit_distance(name, candidate);
+    int d = mtf_edit_distance(name, candidate);
     if (d < best_distance) {
       best_distance = d;
       best = candidate;

@@ -130,3 +130,35 @@ int mtf_shape_concat(const mtf_shape *a, const mtf_shape *b, mtf_shape *out, mtf
   *out = result;
   return MTF_OK;
 }
+
+int mtf_edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 63 || lb > 63) return 99;
+  int row[64];
+  for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diagonal = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j], best = diagonal + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diagonal = up;
+      row[j] = best;
+    }
+  }
+  return row[lb];
+}
+
+const char *mtf_closest_name(const char *name, const char *const *candidates, int n) {
+  const char *best = NULL;
+  int best_distance = 4;
+  for (int i = 0; i < n; i++) {
+    int d = mtf_edit_distance(name, candidates[i]);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidates[i];
+    }
+  }
+  return best;
+}

@@ -47,4 +47,9 @@ int mtf_shape_append(mtf_shape *shape, const char *name, int64_t size, mtf_error
 int mtf_shape_remove(const mtf_shape *shape, const char *name, mtf_shape *out, mtf_error *err);
 int mtf_shape_concat(const mtf_shape *a, const mtf_shape *b, mtf_shape *out, mtf_error *err);
 
+/* Levenshtein distance of two names (99 when either is longer than 63 characters). */
+int mtf_edit_distance(const char *a, const char *b);
+/* The candidate closest to name (distance below 4), for "did you mean" hints; NULL when none is close. */
+const char *mtf_closest_name(const char *name, const char *const *candidates, int n);
+
 #endif

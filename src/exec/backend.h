@@ -36,5 +36,7 @@ typedef struct mtf_backend_ops {
 } mtf_backend_ops;
 
 const mtf_backend_ops *mtf_cpu_backend(void);
+/* Sets the CPU backend's threads (BLAS) for this process; 0 keeps the current setting. Returns the count. */
+int mtf_cpu_set_threads(int threads);
 
 #endif

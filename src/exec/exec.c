@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <mpi.h>
 
@@ -21,6 +22,7 @@ struct mtf_session {
   int *poison_start, *poison_list; /* CSR: arena buffers whose last reader is step s */
   char *borrowed;                  /* per variable slot: storage owned by another session */
   uint64_t random_offset;
+  int threads;
   double comm_seconds;
   int64_t allocated_bytes;
 };
@@ -91,8 +93,14 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
   if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "session: out of memory");
   s->plan = plan;
   s->comm = comm;
-  s->ops = mtf_cpu_backend();
   if (options) s->options = *options;
+  int brc = mtf_backend_check(s->options.backend, err);
+  if (brc) {
+    free(s);
+    return brc;
+  }
+  s->ops = mtf_cpu_backend();
+  s->threads = mtf_cpu_set_threads(s->options.threads);
   s->arena = s->ops->alloc(plan->arena_elements);
   s->allocated_bytes = plan->arena_elements * (int64_t)sizeof(float);
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(float *));
@@ -308,3 +316,68 @@ void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
 
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
+
+static const char *const builtin_backends[] = {"cpu"};
+
+const char *mtf_backend_kinds(void) { return "cpu"; }
+
+int mtf_backend_check(const char *kind, mtf_error *err) {
+  if (!kind || !kind[0]) return MTF_OK;
+  for (size_t i = 0; i < sizeof builtin_backends / sizeof builtin_backends[0]; i++)
+    if (strcmp(kind, builtin_backends[i]) == 0) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_INVALID, "unknown backend '%s' (built in: %s)", kind, mtf_backend_kinds());
+}
+
+int mtf_backend_resolve_threads(int requested, int ranks_per_node) {
+  if (requested > 0) return requested;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  if (ranks_per_node < 1) ranks_per_node = 1;
+  long per_rank = cores / ranks_per_node;
+  return per_rank < 1 ? 1 : (int)per_rank;
+}
+
+const char *mtf_session_backend(const mtf_session *s) { return s->ops->name; }
+int mtf_session_threads(const mtf_session *s) { return s->threads; }
+
+static int int_input(const mtf_session *s, mtf_tensor t, int64_t n, const int32_t *values, float **converted,
+                     mtf_error *err) {
+  (void)s;
+  (void)t;
+  *converted = malloc(sizeof(float) * (size_t)n + 1);
+  if (!*converted) return mtf_error_set(err, MTF_ERR_NOMEM, "set_input: out of memory");
+  for (int64_t i = 0; i < n; i++) (*converted)[i] = (float)values[i];
+  return MTF_OK;
+}
+
+int mtf_session_set_input_int(mtf_session *s, mtf_tensor input, const int32_t *full, mtf_error *err) {
+  const mtf_shape *shape = mtf_tensor_shape(s->plan->graph, input);
+  if (!shape) return mtf_error_set(err, MTF_ERR_INVALID, "set_input: tensor %d is not an input", input);
+  float *converted;
+  MTF_CHECK(int_input(s, input, mtf_shape_num_elements(shape), full, &converted, err));
+  int rc = mtf_session_set_input(s, input, converted, err);
+  free(converted);
+  return rc;
+}
+
+int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int32_t *slice, mtf_error *err) {
+  float *converted;
+  MTF_CHECK(int_input(s, input, mtf_plan_slice_elements(s->plan, input), slice, &converted, err));
+  int rc = mtf_session_set_input_slice(s, input, converted, err);
+  free(converted);
+  return rc;
+}
+
+int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err) {
+  const float *slice = mtf_session_slice(s, t);
+  if (!slice) return mtf_error_set(err, MTF_ERR_INVALID, "read_slice: tensor %d is not computed by this plan", t);
+  s->ops->copy(mtf_plan_slice_elements(s->plan, t), slice, out);
+  return MTF_OK;
+}
+
+int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err) {
+  float *data = mtf_session_variable_slice(s, var);
+  if (!data) return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
+  s->ops->copy(mtf_plan_slice_elements(s->plan, var), slice, data);
+  return MTF_OK;
+}

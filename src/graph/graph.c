@@ -97,6 +97,57 @@ mtf_tensor mtf_input(mtf_graph *g, const char *name, const mtf_shape *shape) {
   return mtf_graph_add(g, &n);
 }
 
+mtf_tensor mtf_input_int(mtf_graph *g, const char *name, const mtf_shape *shape) {
+  mtf_node n = node_of(MTF_OP_INPUT, shape);
+  snprintf(n.name, sizeof n.name, "%s", name);
+  n.dtype = MTF_I32;
+  return mtf_graph_add(g, &n);
+}
+
+mtf_dtype mtf_tensor_dtype(const mtf_graph *g, mtf_tensor t) {
+  return t >= 0 && t < g->n_nodes ? g->nodes[t].dtype : MTF_F32;
+}
+
+int mtf_tensor_is_variable(const mtf_graph *g, mtf_tensor t) {
+  return t >= 0 && t < g->n_nodes && g->nodes[t].kind == MTF_OP_VARIABLE;
+}
+
+int mtf_graph_num_variables(const mtf_graph *g) {
+  int n = 0;
+  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == MTF_OP_VARIABLE;
+  return n;
+}
+
+mtf_tensor mtf_graph_variable(const mtf_graph *g, int index) {
+  for (int i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].kind == MTF_OP_VARIABLE && index-- == 0) return i;
+  return MTF_NO_TENSOR;
+}
+
+void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                            mtf_warnings *warnings) {
+  mtf_layout_rules_check_mesh(rules, mesh, warnings);
+  /* The distinct dimension names of the graph, for the did-you-mean. */
+  const char *names[256];
+  int n_names = 0;
+  for (int i = 0; i < g->n_nodes; i++)
+    for (int d = 0; d < g->nodes[i].shape.rank; d++) {
+      const char *name = g->nodes[i].shape.dims[d].name;
+      int seen = 0;
+      for (int k = 0; k < n_names && !seen; k++) seen = strcmp(names[k], name) == 0;
+      if (!seen && n_names < (int)(sizeof names / sizeof names[0])) names[n_names++] = name;
+    }
+  for (int r = 0; r < rules->count; r++) {
+    const char *dim = rules->rules[r].dim;
+    int found = 0;
+    for (int k = 0; k < n_names && !found; k++) found = strcmp(names[k], dim) == 0;
+    if (found) continue;
+    const char *hint = mtf_closest_name(dim, names, n_names);
+    mtf_warn(warnings, "layout rule '%s:%s': no tensor of the model has a dimension '%s'%s%s%s; the rule is ignored",
+             dim, rules->rules[r].axis, dim, hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+  }
+}
+
 mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
   for (int i = 0; i < g->n_nodes; i++)
     if (g->nodes[i].kind == MTF_OP_VARIABLE && strcmp(g->nodes[i].name, name) == 0)
@@ -367,32 +418,6 @@ int mtf_assign(mtf_graph *g, mtf_tensor var, mtf_tensor value) {
   }
   g->assigns[g->n_assigns++] = (mtf_assign_pair){var, value};
   return MTF_OK;
-}
-
-/* ---- counter-based random numbers (splitmix64 finaliser over a mixed key) ---- */
-static uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
-  return mix64(mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
-}
-
-double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index) {
-  return ((double)(mtf_hash3(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
-double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index) {
-  double u1 = mtf_uniform01(seed, stream, 2 * index), u2 = mtf_uniform01(seed, stream, 2 * index + 1);
-  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-uint64_t mtf_name_hash(const char *name) {
-  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ULL;
-  return h;
 }
 
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index) {

@@ -4,6 +4,7 @@
 #ifndef MTF_GRAPH_GRAPH_H
 #define MTF_GRAPH_GRAPH_H
 
+#include "core/rng.h"
 #include "mtf.h"
 
 typedef enum mtf_op_kind {
@@ -36,6 +37,7 @@ typedef enum mtf_unary_kind {
 
 typedef struct mtf_node {
   mtf_op_kind kind;
+  mtf_dtype dtype;
   mtf_shape shape;
   char name[64];
   int n_inputs;
@@ -71,11 +73,6 @@ mtf_tensor mtf_unary(mtf_graph *g, mtf_tensor x, mtf_unary_kind kind, float a, f
 mtf_tensor mtf_binary(mtf_graph *g, mtf_tensor x, mtf_tensor y, mtf_binary_kind kind);
 mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uint64_t key);
 
-/* Counter-based random numbers: a pure function of (seed, stream, index). */
-uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index);
-double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index);
-double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index);
-uint64_t mtf_name_hash(const char *name);
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);
 

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "io/agree.h"
+#include "comm/agree.h"
 #include "io/dataset.h"
-#include "io/rng.h"
+#include "core/rng.h"
 
 #define MAX_OPEN_SHARDS 64 /* file handles kept open; older ones are closed when more are needed */
 #define MAX_PREFETCH 64
@@ -219,7 +219,7 @@ int mtf_loader_open(const mtf_loader_options *opts, const mtf_shape *mesh, const
     pthread_cond_init(&loader->changed, NULL);
     rc = open_local(loader, opts, mesh, rules, mesh_rank, err);
   }
-  rc = mtf_io_agree(opts->comm, rc, err);
+  rc = mtf_comm_agree(opts->comm, rc, err);
   if (rc != MTF_OK) {
     if (loader) mtf_loader_close(loader);
     return rc;
@@ -268,7 +268,7 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
     pthread_mutex_unlock(&loader->mutex);
   }
   loader->wait_seconds += now_seconds() - start;
-  rc = mtf_io_agree(loader->opts.comm, rc, &local);
+  rc = mtf_comm_agree(loader->opts.comm, rc, &local);
   if (rc != MTF_OK) {
     loader->failed = 1;
     loader->failure = local;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/rng.h"
+#include "core/rng.h"
 #include "io/shard_sink.h"
 #include "io/tokenize.h"
 

@@ -434,3 +434,14 @@ const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t) {
   if (t < 0 || t >= plan->graph->n_nodes || !plan->needed[t]) return NULL;
   return &plan->layouts[t];
 }
+
+const mtf_graph *mtf_plan_graph(const mtf_plan *plan) { return plan->graph; }
+const mtf_shape *mtf_plan_mesh(const mtf_plan *plan) { return &plan->mesh; }
+int mtf_plan_rank(const mtf_plan *plan) { return plan->mesh_rank; }
+
+int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t) {
+  const mtf_tensor_layout *layout = mtf_plan_layout(plan, t);
+  if (!layout) return 0;
+  mtf_shape slice = mtf_layout_slice_shape(layout, &plan->mesh);
+  return mtf_shape_num_elements(&slice);
+}

@@ -12,7 +12,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_comm.h"
-#include "io/agree.h"
+#include "comm/agree.h"
 #include "graph/graph.h"
 #include "model/transformer.h"
 
@@ -86,7 +86,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   }
   if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, comm->rank, 1, &model.logits, &plan, err);
   if (rc == MTF_OK) rc = mtf_session_create(plan, comm, NULL, &session, err);
-  if (comm) rc = mtf_io_agree(comm, rc, err); /* a rank that failed alone must not skip the restore below */
+  if (comm) rc = mtf_comm_agree(comm, rc, err); /* a rank that failed alone must not skip the restore below */
   mtf_ckpt_state state = {0};
   if (rc == MTF_OK) {
     mtf_ckpt_model ckpt = {.graph = g, .plan = plan, .session = session, .comm = comm, .params = model.params,
@@ -111,7 +111,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   if (rc == MTF_OK && (!tokens || !logits || !context)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
   /* Session creation, the restore and the buffers above can fail on one rank alone: agree before the
    * collective loop. */
-  if (comm) rc = mtf_io_agree(comm, rc, err);
+  if (comm) rc = mtf_comm_agree(comm, rc, err);
   for (int64_t i = 0; i < prompt_len && rc == MTF_OK; i++) context[n++] = (unsigned char)opts->prompt[i];
   if (rc == MTF_OK && n == 0) context[n++] = EOT_ID; /* an empty prompt starts a new document */
   if (rc == MTF_OK && rank == 0) {

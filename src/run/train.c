@@ -16,7 +16,7 @@
 #include "ckpt/checkpoint.h"
 #include "comm/mpi_comm.h"
 #include "core/paths.h"
-#include "io/agree.h"
+#include "comm/agree.h"
 #include "io/loader.h"
 #include "run/program.h"
 #include "train/schedule.h"
@@ -105,7 +105,7 @@ static int setup(run_state *st, const mtf_config *cfg, int with_training, mtf_er
   }
   /* Building a rank's plan and allocating its memory can fail on one rank alone (out of memory): agree,
    * so that no rank goes on into a collective the failed one will never join. */
-  if (st->comm) rc = mtf_io_agree(st->comm, rc, err);
+  if (st->comm) rc = mtf_comm_agree(st->comm, rc, err);
   return rc;
 }
 
@@ -140,7 +140,7 @@ static int evaluate(run_state *st, int64_t batches, double *loss, int64_t *token
   float *inputs = malloc(sizeof(float) * (size_t)(rows * length)), *targets = malloc(sizeof(float) * (size_t)(rows * length));
   double sum = 0;
   int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
-  rc = mtf_io_agree(st->comm, rc, err);
+  rc = mtf_comm_agree(st->comm, rc, err);
   for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
     rc = mtf_loader_next(loader, raw, err);
     if (rc) break;
@@ -358,7 +358,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   float *inputs = malloc(sizeof(float) * (size_t)(rows * length)), *targets = malloc(sizeof(float) * (size_t)(rows * length));
-  rc = mtf_io_agree(st.comm, !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory")
+  rc = mtf_comm_agree(st.comm, !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory")
                                                          : MTF_OK, err);
   double window_start = MPI_Wtime(), window_comm = 0, loss_value = 0;
   int64_t step = 0, window_steps = 0;

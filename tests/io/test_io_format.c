@@ -12,7 +12,7 @@
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/prepare.h"
-#include "io/rng.h"
+#include "core/rng.h"
 #include "io/shard.h"
 #include "io/synth.h"
 #include "io/tokenize.h"

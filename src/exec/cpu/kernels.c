@@ -1,4 +1,5 @@
 /* CPU kernels other than einsum: plain loops over strided walks, innermost dimension contiguous. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,3 +188,8 @@ static const mtf_backend_ops cpu_ops = {
 };
 
 const mtf_backend_ops *mtf_cpu_backend(void) { return &cpu_ops; }
+
+int mtf_cpu_set_threads(int threads) {
+  if (threads > 0) openblas_set_num_threads(threads);
+  return openblas_get_num_threads();
+}

@@ -1,4 +1,6 @@
-#include "io/rng.h"
+#include "core/rng.h"
+
+#include <math.h>
 
 uint64_t mtf_hash64(uint64_t key, uint64_t counter) {
   uint64_t z = key ^ (counter * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
@@ -56,4 +58,29 @@ uint64_t mtf_permutation_at(const mtf_permutation *perm, uint64_t i) {
   uint64_t x = feistel(perm, i);
   while (x >= perm->n) x = feistel(perm, x);
   return x;
+}
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
+  return mix64(mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
+}
+
+double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index) {
+  return ((double)(mtf_hash3(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index) {
+  double u1 = mtf_uniform01(seed, stream, 2 * index), u2 = mtf_uniform01(seed, stream, 2 * index + 1);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t mtf_name_hash(const char *name) {
+  uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211ULL;
+  return h;
 }

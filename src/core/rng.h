@@ -1,12 +1,13 @@
-/* Deterministic, counter-based randomness for the data path. Nothing here keeps hidden state between
+/* The one random-number module: deterministic, counter-based randomness for the whole program (variable
+ * initialisation, dropout masks, the data path, sampling). Nothing here keeps hidden state between
  * calls: a value depends only on its key and counter, so every rank, every mesh shape and a resumed run
  * compute the same numbers without communicating.
  *
  * mtf_permutation is a keyed bijection of [0, n): a Feistel network over the smallest power-of-two domain
  * that holds n, with cycle-walking back into [0, n). It gives "position i of this epoch's shuffle" in O(1)
  * time and memory, so the loader never materialises an order over millions of windows. */
-#ifndef MTF_IO_RNG_H
-#define MTF_IO_RNG_H
+#ifndef MTF_CORE_RNG_H
+#define MTF_CORE_RNG_H
 
 #include <stdint.h>
 
@@ -23,6 +24,13 @@ mtf_rng mtf_rng_make(uint64_t seed, uint64_t stream);
 uint64_t mtf_rng_next(mtf_rng *rng);
 /* Uniform in [0, bound) for bound >= 1 (rejection sampling, no modulo bias). */
 uint64_t mtf_rng_below(mtf_rng *rng, uint64_t bound);
+
+/* Counter-based values for tensors: a pure function of (seed, stream, index). */
+uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index);
+double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index); /* in (0, 1) */
+double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index);    /* Box-Muller over two uniforms */
+/* A stream key from a name (FNV-1a), so a variable's values follow its name, not its creation order. */
+uint64_t mtf_name_hash(const char *name);
 
 typedef struct mtf_permutation {
   uint64_t n;

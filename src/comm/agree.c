@@ -1,9 +1,9 @@
-#include "io/agree.h"
+#include "comm/agree.h"
 
 #include <stdint.h>
 #include <string.h>
 
-int mtf_io_agree(mtf_comm *comm, int rc, mtf_error *err) {
+int mtf_comm_agree(mtf_comm *comm, int rc, mtf_error *err) {
   if (!comm || comm->size == 1) return rc;
   mtf_axis_set all = mtf_mesh_all_axes(&comm->mesh);
   mtf_error comm_err;
