@@ -108,18 +108,20 @@ mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x);
 mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x); /* tanh approximation */
 mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x);
 
-/* ---- composites (built from the ops above, so they lower and differentiate like them) ---- */
+/* ---- fused ops over a named dim (one kernel; phases with max/sum allreduces when the dim is split) and
+ * composites ---- */
 mtf_tensor mtf_softmax(mtf_graph *g, mtf_tensor x, const char *dim);
 mtf_tensor mtf_log_softmax(mtf_graph *g, mtf_tensor x, const char *dim);
 /* x / rms(x) * scale over `dim` (scale has shape [dim]). */
 mtf_tensor mtf_rms_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, float epsilon);
 mtf_tensor mtf_layer_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, mtf_tensor bias,
                           float epsilon);
-/* indices hold integer values (as floats); the result gains dimension `dim`. */
+/* indices are int32 (or floats holding integers); the result gains dimension `dim`. */
 mtf_tensor mtf_one_hot(mtf_graph *g, mtf_tensor indices, const mtf_dim *dim);
-/* Embedding lookup: table [vocab, ...] indexed by ids over `vocab_dim`. */
+/* Embedding lookup: table [..., vocab, ...] indexed by int32 ids over `vocab_dim` (a fused op: with a split
+ * vocabulary each rank looks up its own id range, then one allreduce; ids outside the vocabulary give 0). */
 mtf_tensor mtf_gather(mtf_graph *g, mtf_tensor table, mtf_tensor ids, const char *vocab_dim);
-/* Per-position cross-entropy of logits over `vocab_dim` against integer labels, plus z_loss * lse^2. */
+/* Per-position cross-entropy of logits over `vocab_dim` against int32 labels, plus z_loss * lse^2 (fused). */
 mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, const char *vocab_dim,
                                      float z_loss);
 /* x where mask is 1, `fill` where it is 0 (mask broadcasts by name). */
@@ -215,10 +217,12 @@ int mtf_session_run(mtf_session *s, mtf_error *err);
 /* A fetched tensor (or variable) as the whole logical tensor, on every rank. Collective: every rank of
  * the mesh must call it, in the same order. */
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err);
-/* This rank's slice of a fetched tensor or a variable (not collective). */
+/* This rank's slice of a fetched tensor or a variable (not collective), in the backend's memory: host
+ * memory on the CPU backend only. Portable code uses mtf_session_read_slice. */
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
-/* Writable storage of a variable's slice on this rank (row-major over its slice shape), for restoring a
- * checkpoint; NULL when t is not a variable this plan holds. Shared variables are shared storage. */
+/* Writable storage of a variable's slice on this rank (row-major over its slice shape), in the backend's
+ * memory (host memory on the CPU backend only); NULL when t is not a variable this plan holds. Shared
+ * variables are shared storage. Portable code uses mtf_session_write_variable. */
 float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t);
 /* Copies this rank's slice of a computed tensor or variable out of backend memory (mtf_plan_slice_elements
  * floats), or a variable's slice into it (checkpoints stage through these, so any backend works). */

@@ -81,6 +81,14 @@ int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
   return rc;
 }
 
+int mtf_comm_allgather_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out_blocks, size_t block_bytes,
+                              mtf_error *err) {
+  MTF_CHECK(check_axes(comm, axes, err));
+  int g = mtf_comm_group_size(comm, axes);
+  count_call(comm, MTF_COLL_ALLGATHER, mtf_collective_bytes_sent(MTF_COLL_ALLGATHER, g, (double)block_bytes));
+  return comm->ops->allgather_blocks(comm, axes, in, out_blocks, block_bytes, err);
+}
+
 int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype,
                             mtf_reduce_op op, int rank, const int64_t *dims, int axis, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));

@@ -86,6 +86,11 @@ int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
 int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype, int rank,
                        const int64_t *dims, int axis, mtf_error *err);
 
+/* The members' buffers of block_bytes each, one after another in member order (no repacking; callers that
+ * own device memory reorder the blocks themselves). */
+int mtf_comm_allgather_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out_blocks, size_t block_bytes,
+                              mtf_error *err);
+
 /* Reduces the members' tensors and leaves member p with slice p along `axis` (dims[axis] / group_size;
  * dims[axis] must be divisible by the group size). */
 int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype,

@@ -1,42 +1,63 @@
-/* The compute backend vtable: the local kernels a plan's steps call, on one rank's slices. Shapes are
- * local (slice) shapes whose dimension names say how operands line up. The CPU backend (cpu/) runs on
- * host memory with OpenBLAS; a CUDA backend implements the same table. */
+/* A compute backend is an object: its memory (allocate, free, upload, download, copy, fill, synchronize),
+ * the data movement lowering's steps need (slice, concatenating gathered blocks), and one kernel per op
+ * kind of the op table. The executor talks to tensor memory only through it, so device memory works the
+ * same as host memory. A registry maps `backend.kind` to a constructor; adding a backend is a folder
+ * exec/<kind>/ with a constructor and its kernels, and one line in the registry (exec/registry.c). */
 #ifndef MTF_EXEC_BACKEND_H
 #define MTF_EXEC_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
-#include "core/shape.h"
+#include "lower/plan.h"
 
-typedef struct mtf_backend_ops {
+typedef struct mtf_backend mtf_backend;
+
+/* What a kernel step runs on: backend memory for out, inputs and the step's planned scratch. */
+typedef struct mtf_kernel_args {
+  void *out;
+  const void *in[MTF_MAX_OP_INPUTS];
+  void *scratch;           /* step->scratch's arena buffer, or NULL */
+  uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
+} mtf_kernel_args;
+
+/* Runs step->op (in step->phase) on local slices. Returns MTF_OK or an error code. */
+typedef int (*mtf_kernel_fn)(mtf_backend *b, const mtf_step *step, const mtf_kernel_args *args);
+
+typedef struct mtf_backend_memory {
+  void *(*allocate)(mtf_backend *b, size_t bytes); /* NULL when out of memory */
+  void (*release)(mtf_backend *b, void *p);
+  int (*upload)(mtf_backend *b, void *dst, const void *host_src, size_t bytes);
+  int (*download)(mtf_backend *b, void *host_dst, const void *src, size_t bytes);
+  int (*copy)(mtf_backend *b, void *dst, const void *src, size_t bytes);
+  int (*fill_f32)(mtf_backend *b, void *dst, float value, int64_t count);
+  int (*synchronize)(mtf_backend *b);
+  /* out = in[offsets + i] for every index i of out (dims matched by position). */
+  int (*slice)(mtf_backend *b, const mtf_shape *in_shape, const void *in, const mtf_shape *out_shape,
+               const int64_t *offsets, void *out, size_t elem_size);
+  /* parts blocks of dims (one after another) -> one tensor concatenated along `axis`. */
+  int (*concat_blocks)(mtf_backend *b, const void *blocks, void *out, size_t elem_size, int rank, const int64_t *dims,
+                       int axis, int parts);
+} mtf_backend_memory;
+
+struct mtf_backend {
   const char *name;
-  float *(*alloc)(int64_t elements);
-  void (*release)(float *p);
-  /* out = sum over dims absent from out of the product of the inputs (1 or 2). Returns MTF_OK, or
-   * MTF_ERR_NOMEM when scratch space for transposed operands cannot be had. */
-  int (*einsum)(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
-                 float *out);
-  void (*reduce_max)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);
-  void (*broadcast)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);
-  void (*binary)(int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape, const float *b,
-                 const mtf_shape *out_shape, float *out);
-  void (*unary)(int kind, float alpha, float beta, int64_t n, const float *in, float *out);
-  void (*fill)(float value, int64_t n, float *out);
-  void (*range)(int64_t start, int64_t n, float *out);
-  /* out[..., j] = (in[...] == dim_offset + j) along out's dimension dim_index. */
-  void (*one_hot)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, int dim_index,
-                  int64_t dim_offset, float *out);
-  /* 1 with probability keep, keyed on each element's index in the global tensor. */
-  void (*random_keep)(uint64_t seed, uint64_t key, float keep, const mtf_shape *global_shape,
-                      const mtf_shape *out_shape, const int64_t *offsets, float *out);
-  /* out = in[offsets + i] for every index i of out. */
-  void (*slice)(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, const int64_t *offsets,
-                float *out);
-  void (*copy)(int64_t n, const float *in, float *out);
-} mtf_backend_ops;
+  int threads;
+  const mtf_backend_memory *mem;
+  mtf_kernel_fn kernels[MTF_OP_COUNT]; /* a copy per instance (a test may wrap one) */
+  void (*destroy)(mtf_backend *b);
+  void *ctx;
+};
 
-const mtf_backend_ops *mtf_cpu_backend(void);
-/* Sets the CPU backend's threads (BLAS) for this process; 0 keeps the current setting. Returns the count. */
-int mtf_cpu_set_threads(int threads);
+/* A backend of `kind` ("cpu"; NULL or "" = "cpu") with `threads` compute threads (0 = its default).
+ * Unknown or unavailable kinds are errors that list the built-in kinds. */
+int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err);
+void mtf_backend_destroy(mtf_backend *b);
+
+/* The backend instance a session computes on (for tests that wrap a kernel). */
+mtf_backend *mtf_session_backend_instance(mtf_session *s);
+
+/* The CPU backend's constructor (exec/cpu/). */
+int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err);
 
 #endif

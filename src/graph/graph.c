@@ -1,4 +1,5 @@
-/* Graph storage, error handling, the primitive builders and the counter-based random numbers. */
+/* Graph storage, error handling, inspection and the builders of sources and shape changes. Every node is
+ * added through mtf_graph_add_op, which asks the op's table entry to validate it. */
 #include "graph/graph.h"
 
 #include <math.h>
@@ -7,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *op_names[] = {"input", "variable", "constant", "range", "einsum", "broadcast", "reduce_max",
-                                 "binary", "unary", "one_hot", "random", "reshape", "stop_gradient"};
+#include "ops/op_def.h"
+
 
 mtf_graph *mtf_graph_create(uint64_t seed) {
   mtf_graph *g = calloc(1, sizeof *g);
@@ -20,6 +21,7 @@ void mtf_graph_destroy(mtf_graph *g) {
   if (!g) return;
   free(g->nodes);
   free(g->assigns);
+  free(g->variables);
   free(g);
 }
 
@@ -48,18 +50,43 @@ int mtf_graph_check(mtf_graph *g, mtf_tensor t, const char *op) {
   return 1;
 }
 
-int mtf_graph_add(mtf_graph *g, const mtf_node *node) {
-  if (g->error.code != MTF_OK) return MTF_NO_TENSOR;
-  if (g->n_nodes == g->cap_nodes) {
-    int cap = g->cap_nodes ? 2 * g->cap_nodes : 256;
-    mtf_node *nodes = realloc(g->nodes, sizeof *nodes * (size_t)cap);
-    if (!nodes) return mtf_graph_fail(g, MTF_ERR_NOMEM, "graph: out of memory at %d tensors", g->n_nodes);
-    g->nodes = nodes;
-    g->cap_nodes = cap;
+static int grow(mtf_graph *g, void **array, int *cap, int need, size_t elem) {
+  if (need <= *cap) return 1;
+  int cap2 = *cap ? 2 * *cap : 256;
+  while (cap2 < need) cap2 *= 2;
+  void *p = realloc(*array, elem * (size_t)cap2);
+  if (!p) {
+    mtf_graph_fail(g, MTF_ERR_NOMEM, "graph: out of memory at %d tensors", g->n_nodes);
+    return 0;
   }
+  *array = p;
+  *cap = cap2;
+  return 1;
+}
+
+int mtf_graph_add_op(mtf_graph *g, mtf_op_kind kind, int n_inputs, const int *inputs, const mtf_op_params *params,
+                     const mtf_shape *shape) {
+  if (g->error.code != MTF_OK) return MTF_NO_TENSOR;
+  const mtf_op_def *def = mtf_op(kind);
+  mtf_node n;
+  memset(&n, 0, sizeof n);
+  n.kind = kind;
+  n.n_inputs = n_inputs;
+  for (int k = 0; k < n_inputs; k++) {
+    if (!mtf_graph_check(g, inputs[k], def->name)) return MTF_NO_TENSOR;
+    n.inputs[k] = inputs[k];
+  }
+  if (params) n.params = *params;
+  if (shape) n.shape = *shape;
+  if (def->infer && def->infer(g, &n) != MTF_OK) return MTF_NO_TENSOR;
+  if (!grow(g, (void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(mtf_node))) return MTF_NO_TENSOR;
+  if (kind == MTF_OP_VARIABLE &&
+      !grow(g, (void **)&g->variables, &g->cap_variables, g->n_variables + 1, sizeof(int)))
+    return MTF_NO_TENSOR;
   int id = g->n_nodes++;
-  g->nodes[id] = *node;
-  if (!g->nodes[id].name[0]) snprintf(g->nodes[id].name, sizeof g->nodes[id].name, "%s_%d", op_names[node->kind], id);
+  if (!n.name[0]) snprintf(n.name, sizeof n.name, "%s_%d", def->name, id);
+  g->nodes[id] = n;
+  if (kind == MTF_OP_VARIABLE) g->variables[g->n_variables++] = id;
   return id;
 }
 
@@ -72,8 +99,8 @@ const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t) {
 }
 
 mtf_tensor mtf_find_variable(const mtf_graph *g, const char *name) {
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == MTF_OP_VARIABLE && strcmp(g->nodes[i].name, name) == 0) return i;
+  for (int i = 0; i < g->n_variables; i++)
+    if (strcmp(g->nodes[g->variables[i]].name, name) == 0) return g->variables[i];
   return MTF_NO_TENSOR;
 }
 
@@ -83,25 +110,21 @@ mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name) {
   return t;
 }
 
-static mtf_node node_of(mtf_op_kind kind, const mtf_shape *shape) {
-  mtf_node n;
-  memset(&n, 0, sizeof n);
-  n.kind = kind;
-  n.shape = *shape;
-  return n;
+static mtf_tensor named_source(mtf_graph *g, mtf_op_kind kind, const char *name, const mtf_shape *shape,
+                               const mtf_op_params *params) {
+  int id = mtf_graph_add_op(g, kind, 0, NULL, params, shape);
+  if (id >= 0 && name) snprintf(g->nodes[id].name, sizeof g->nodes[id].name, "%s", name);
+  return id;
 }
 
 mtf_tensor mtf_input(mtf_graph *g, const char *name, const mtf_shape *shape) {
-  mtf_node n = node_of(MTF_OP_INPUT, shape);
-  snprintf(n.name, sizeof n.name, "%s", name);
-  return mtf_graph_add(g, &n);
+  return named_source(g, MTF_OP_INPUT, name, shape, NULL);
 }
 
 mtf_tensor mtf_input_int(mtf_graph *g, const char *name, const mtf_shape *shape) {
-  mtf_node n = node_of(MTF_OP_INPUT, shape);
-  snprintf(n.name, sizeof n.name, "%s", name);
-  n.dtype = MTF_I32;
-  return mtf_graph_add(g, &n);
+  int id = named_source(g, MTF_OP_INPUT, name, shape, NULL);
+  if (id >= 0) g->nodes[id].dtype = MTF_I32;
+  return id;
 }
 
 mtf_dtype mtf_tensor_dtype(const mtf_graph *g, mtf_tensor t) {
@@ -112,16 +135,10 @@ int mtf_tensor_is_variable(const mtf_graph *g, mtf_tensor t) {
   return t >= 0 && t < g->n_nodes && g->nodes[t].kind == MTF_OP_VARIABLE;
 }
 
-int mtf_graph_num_variables(const mtf_graph *g) {
-  int n = 0;
-  for (int i = 0; i < g->n_nodes; i++) n += g->nodes[i].kind == MTF_OP_VARIABLE;
-  return n;
-}
+int mtf_graph_num_variables(const mtf_graph *g) { return g->n_variables; }
 
 mtf_tensor mtf_graph_variable(const mtf_graph *g, int index) {
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == MTF_OP_VARIABLE && index-- == 0) return i;
-  return MTF_NO_TENSOR;
+  return index >= 0 && index < g->n_variables ? g->variables[index] : MTF_NO_TENSOR;
 }
 
 void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
@@ -149,221 +166,22 @@ void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf
 }
 
 mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == MTF_OP_VARIABLE && strcmp(g->nodes[i].name, name) == 0)
-      return mtf_graph_fail(g, MTF_ERR_INVALID, "variable '%s' is defined twice; variable names must be unique", name);
-  mtf_node n = node_of(MTF_OP_VARIABLE, shape);
-  snprintf(n.name, sizeof n.name, "%s", name);
-  n.init = init;
-  n.a = scale;
-  return mtf_graph_add(g, &n);
+  if (g->error.code == MTF_OK && mtf_find_variable(g, name) != MTF_NO_TENSOR)
+    return mtf_graph_fail(g, MTF_ERR_INVALID, "variable '%s' is defined twice; variable names must be unique", name);
+  mtf_op_params p = {.variable = {init, scale}};
+  return named_source(g, MTF_OP_VARIABLE, name, shape, &p);
 }
 
 mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value) {
-  mtf_node n = node_of(MTF_OP_CONSTANT, shape);
-  n.a = value;
-  return mtf_graph_add(g, &n);
+  mtf_op_params p = {.constant = {value}};
+  return mtf_graph_add_op(g, MTF_OP_CONSTANT, 0, NULL, &p, shape);
 }
 
 mtf_tensor mtf_range(mtf_graph *g, const mtf_dim *dim) {
   mtf_shape shape = {0};
   shape.rank = 1;
   shape.dims[0] = *dim;
-  return mtf_graph_add(g, &(mtf_node){.kind = MTF_OP_RANGE, .shape = shape});
-}
-
-/* Checks that every dim of `part` is in `whole` with the same size. */
-static int dims_within(mtf_graph *g, const mtf_shape *part, const mtf_shape *whole, const char *op,
-                       const char *what) {
-  for (int i = 0; i < part->rank; i++) {
-    int j = mtf_shape_index_of(whole, part->dims[i].name);
-    if (j < 0 || whole->dims[j].size != part->dims[i].size) {
-      char a[MTF_SHAPE_STR_MAX], b[MTF_SHAPE_STR_MAX];
-      mtf_graph_fail(g, MTF_ERR_INVALID, "%s: dimension %s:%lld of %s %s is not in %s", op, part->dims[i].name,
-                     (long long)part->dims[i].size, what, mtf_shape_format(part, a, sizeof a),
-                     mtf_shape_format(whole, b, sizeof b));
-      return 0;
-    }
-  }
-  return 1;
-}
-
-/* Union of two shapes by name (a's dims, then b's new ones); sizes must agree. */
-static int union_shape(mtf_graph *g, const mtf_shape *a, const mtf_shape *b, mtf_shape *out, const char *op) {
-  *out = *a;
-  for (int i = 0; i < b->rank; i++) {
-    int j = mtf_shape_index_of(a, b->dims[i].name);
-    if (j >= 0 && a->dims[j].size != b->dims[i].size) {
-      char sa[MTF_SHAPE_STR_MAX], sb[MTF_SHAPE_STR_MAX];
-      mtf_graph_fail(g, MTF_ERR_INVALID, "%s: dimension '%s' has size %lld in %s but %lld in %s", op,
-                     b->dims[i].name, (long long)a->dims[j].size, mtf_shape_format(a, sa, sizeof sa),
-                     (long long)b->dims[i].size, mtf_shape_format(b, sb, sizeof sb));
-      return 0;
-    }
-    if (j < 0) {
-      mtf_error err;
-      if (mtf_shape_append(out, b->dims[i].name, b->dims[i].size, &err)) {
-        mtf_graph_fail(g, err.code, "%s: %s", op, err.msg);
-        return 0;
-      }
-    }
-  }
-  return 1;
-}
-
-mtf_tensor mtf_einsum(mtf_graph *g, int n_inputs, const mtf_tensor *inputs, const mtf_shape *output_shape) {
-  if (n_inputs < 1 || n_inputs > 2) return mtf_graph_fail(g, MTF_ERR_INVALID, "einsum takes 1 or 2 inputs, not %d", n_inputs);
-  mtf_shape all;
-  memset(&all, 0, sizeof all);
-  for (int i = 0; i < n_inputs; i++) {
-    if (!mtf_graph_check(g, inputs[i], "einsum")) return MTF_NO_TENSOR;
-    if (!union_shape(g, &all, &g->nodes[inputs[i]].shape, &all, "einsum")) return MTF_NO_TENSOR;
-  }
-  if (!dims_within(g, output_shape, &all, "einsum", "output")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_EINSUM, output_shape);
-  n.n_inputs = n_inputs;
-  for (int i = 0; i < n_inputs; i++) n.inputs[i] = inputs[i];
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_einsum2(mtf_graph *g, mtf_tensor a, mtf_tensor b, const mtf_shape *output_shape) {
-  mtf_tensor inputs[2] = {a, b};
-  return mtf_einsum(g, 2, inputs, output_shape);
-}
-
-mtf_tensor mtf_reduce_sum(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
-  return mtf_einsum(g, 1, &x, output_shape);
-}
-
-mtf_tensor mtf_reduce_mean(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
-  if (!mtf_graph_check(g, x, "reduce_mean")) return MTF_NO_TENSOR;
-  mtf_tensor sum = mtf_reduce_sum(g, x, output_shape);
-  if (sum < 0) return MTF_NO_TENSOR;
-  double ratio = (double)mtf_shape_num_elements(&g->nodes[sum].shape) /
-                 (double)mtf_shape_num_elements(&g->nodes[x].shape);
-  return mtf_scalar_multiply(g, sum, (float)ratio);
-}
-
-mtf_tensor mtf_reduce_max(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
-  if (!mtf_graph_check(g, x, "reduce_max")) return MTF_NO_TENSOR;
-  if (!dims_within(g, output_shape, &g->nodes[x].shape, "reduce_max", "output")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_REDUCE_MAX, output_shape);
-  n.n_inputs = 1;
-  n.inputs[0] = x;
-  return mtf_graph_add(g, &n);
-}
-
-static int shape_without(mtf_graph *g, mtf_tensor x, const char *dim, mtf_shape *out, const char *op) {
-  if (!mtf_graph_check(g, x, op)) return 0;
-  mtf_error err;
-  if (mtf_shape_remove(&g->nodes[x].shape, dim, out, &err)) {
-    mtf_graph_fail(g, err.code, "%s of '%s': %s", op, g->nodes[x].name, err.msg);
-    return 0;
-  }
-  return 1;
-}
-
-mtf_tensor mtf_reduce_sum_dim(mtf_graph *g, mtf_tensor x, const char *dim) {
-  mtf_shape out;
-  return shape_without(g, x, dim, &out, "reduce_sum") ? mtf_reduce_sum(g, x, &out) : MTF_NO_TENSOR;
-}
-
-mtf_tensor mtf_reduce_max_dim(mtf_graph *g, mtf_tensor x, const char *dim) {
-  mtf_shape out;
-  return shape_without(g, x, dim, &out, "reduce_max") ? mtf_reduce_max(g, x, &out) : MTF_NO_TENSOR;
-}
-
-mtf_tensor mtf_broadcast(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
-  if (!mtf_graph_check(g, x, "broadcast")) return MTF_NO_TENSOR;
-  if (!dims_within(g, &g->nodes[x].shape, output_shape, "broadcast", "input")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_BROADCAST, output_shape);
-  n.n_inputs = 1;
-  n.inputs[0] = x;
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_binary(mtf_graph *g, mtf_tensor x, mtf_tensor y, mtf_binary_kind kind) {
-  if (!mtf_graph_check(g, x, "binary op") || !mtf_graph_check(g, y, "binary op")) return MTF_NO_TENSOR;
-  mtf_shape out;
-  if (!union_shape(g, &g->nodes[x].shape, &g->nodes[y].shape, &out, "elementwise op")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_BINARY, &out);
-  n.n_inputs = 2;
-  n.inputs[0] = x;
-  n.inputs[1] = y;
-  n.sub = kind;
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_unary(mtf_graph *g, mtf_tensor x, mtf_unary_kind kind, float a, float b) {
-  if (!mtf_graph_check(g, x, "unary op")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_UNARY, &g->nodes[x].shape);
-  n.n_inputs = 1;
-  n.inputs[0] = x;
-  n.sub = kind;
-  n.a = a;
-  n.b = b;
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_add(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_ADD); }
-mtf_tensor mtf_subtract(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_SUB); }
-mtf_tensor mtf_multiply(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_MUL); }
-mtf_tensor mtf_divide(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_DIV); }
-mtf_tensor mtf_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_EQUAL); }
-mtf_tensor mtf_less_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_LESS_EQUAL); }
-mtf_tensor mtf_scalar_add(mtf_graph *g, mtf_tensor x, float c) { return mtf_unary(g, x, MTF_UN_AFFINE, 1.0f, c); }
-mtf_tensor mtf_scalar_multiply(mtf_graph *g, mtf_tensor x, float c) { return mtf_unary(g, x, MTF_UN_AFFINE, c, 0.0f); }
-mtf_tensor mtf_exp(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_EXP, 0, 0); }
-mtf_tensor mtf_log(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_LOG, 0, 0); }
-mtf_tensor mtf_rsqrt(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_RSQRT, 0, 0); }
-mtf_tensor mtf_sqrt(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_SQRT, 0, 0); }
-mtf_tensor mtf_square(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_SQUARE, 0, 0); }
-mtf_tensor mtf_tanh(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_TANH, 0, 0); }
-mtf_tensor mtf_sigmoid(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_SIGMOID, 0, 0); }
-mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_RELU, 0, 0); }
-mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_GELU, 0, 0); }
-
-mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x) {
-  if (!mtf_graph_check(g, x, "stop_gradient")) return MTF_NO_TENSOR;
-  mtf_node n = node_of(MTF_OP_STOP_GRADIENT, &g->nodes[x].shape);
-  n.n_inputs = 1;
-  n.inputs[0] = x;
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_one_hot(mtf_graph *g, mtf_tensor indices, const mtf_dim *dim) {
-  if (!mtf_graph_check(g, indices, "one_hot")) return MTF_NO_TENSOR;
-  mtf_shape out = g->nodes[indices].shape;
-  mtf_error err;
-  if (mtf_shape_append(&out, dim->name, dim->size, &err))
-    return mtf_graph_fail(g, err.code, "one_hot of '%s': %s", g->nodes[indices].name, err.msg);
-  mtf_node n = node_of(MTF_OP_ONE_HOT, &out);
-  n.n_inputs = 1;
-  n.inputs[0] = indices;
-  snprintf(n.dim_name, sizeof n.dim_name, "%s", dim->name);
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uint64_t key) {
-  mtf_node n = node_of(MTF_OP_RANDOM_KEEP, shape);
-  n.a = keep;
-  n.key = key;
-  return mtf_graph_add(g, &n);
-}
-
-mtf_tensor mtf_reshape(mtf_graph *g, mtf_tensor x, const mtf_shape *new_shape) {
-  if (!mtf_graph_check(g, x, "reshape")) return MTF_NO_TENSOR;
-  const mtf_shape *old = &g->nodes[x].shape;
-  if (mtf_shape_num_elements(old) != mtf_shape_num_elements(new_shape)) {
-    char a[MTF_SHAPE_STR_MAX], b[MTF_SHAPE_STR_MAX];
-    return mtf_graph_fail(g, MTF_ERR_INVALID, "reshape of '%s': %s and %s have different numbers of elements",
-                          g->nodes[x].name, mtf_shape_format(old, a, sizeof a),
-                          mtf_shape_format(new_shape, b, sizeof b));
-  }
-  mtf_node n = node_of(MTF_OP_RESHAPE, new_shape);
-  n.n_inputs = 1;
-  n.inputs[0] = x;
-  return mtf_graph_add(g, &n);
+  return mtf_graph_add_op(g, MTF_OP_RANGE, 0, NULL, NULL, &shape);
 }
 
 mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim) {
@@ -422,11 +240,12 @@ int mtf_assign(mtf_graph *g, mtf_tensor var, mtf_tensor value) {
 
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index) {
   uint64_t stream = mtf_name_hash(var->name);
-  switch (var->init) {
+  float scale = var->params.variable.scale;
+  switch (var->params.variable.init) {
     case MTF_INIT_ZEROS: return 0.0f;
-    case MTF_INIT_ONES: return var->a != 0.0f ? var->a : 1.0f;
-    case MTF_INIT_NORMAL: return (float)(var->a * mtf_normal(g->seed, stream, (uint64_t)index));
-    case MTF_INIT_UNIFORM: return (float)(var->a * (2.0 * mtf_uniform01(g->seed, stream, (uint64_t)index) - 1.0));
+    case MTF_INIT_ONES: return scale != 0.0f ? scale : 1.0f;
+    case MTF_INIT_NORMAL: return (float)(scale * mtf_normal(g->seed, stream, (uint64_t)index));
+    case MTF_INIT_UNIFORM: return (float)(scale * (2.0 * mtf_uniform01(g->seed, stream, (uint64_t)index) - 1.0));
   }
   return 0.0f;
 }

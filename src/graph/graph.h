@@ -1,26 +1,37 @@
-/* The logical graph: one node per tensor, each made by one primitive op. Composite ops (softmax,
- * norms, cross-entropy, gather, dropout, masks) are built from these primitives, so lowering and autodiff
- * only need to know the primitives. Nodes are appended in topological order. No ranks here. */
+/* The logical graph: one node per tensor, each made by one op of the op table (ops/op_def.h). Nodes are
+ * appended in topological order. No ranks here: how a node is sliced and communicated is the business of
+ * lowering, driven by its op's table entry. */
 #ifndef MTF_GRAPH_GRAPH_H
 #define MTF_GRAPH_GRAPH_H
 
 #include "core/rng.h"
 #include "mtf.h"
 
+#define MTF_MAX_OP_INPUTS 3
+
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
   MTF_OP_VARIABLE,
-  MTF_OP_CONSTANT,    /* scalar value broadcast over the shape */
-  MTF_OP_RANGE,       /* 0..n-1 along its one dim */
-  MTF_OP_EINSUM,      /* 1 or 2 inputs; sums every input dim absent from the output */
-  MTF_OP_BROADCAST,   /* copies along output dims the input lacks */
-  MTF_OP_REDUCE_MAX,  /* max over input dims absent from the output */
-  MTF_OP_BINARY,      /* elementwise with broadcasting by name */
+  MTF_OP_CONSTANT,      /* scalar value broadcast over the shape */
+  MTF_OP_RANGE,         /* 0..n-1 along its one dim */
+  MTF_OP_EINSUM,        /* 1 or 2 inputs; sums every input dim absent from the output */
+  MTF_OP_BROADCAST,     /* copies along output dims the input lacks */
+  MTF_OP_REDUCE_MAX,    /* max over input dims absent from the output */
+  MTF_OP_BINARY,        /* elementwise with broadcasting by name */
   MTF_OP_UNARY,
-  MTF_OP_ONE_HOT,     /* input indices; output gains dims[param.axis_dim] */
-  MTF_OP_RANDOM_KEEP, /* 1 with probability keep, else 0; counter-based on global index */
-  MTF_OP_RESHAPE,     /* same elements, new shape (rename is a reshape) */
+  MTF_OP_ONE_HOT,       /* integer indices; output gains dimension params.along.dim */
+  MTF_OP_RANDOM_KEEP,   /* 1 with probability keep, else 0; counter-based on global index */
+  MTF_OP_RESHAPE,       /* same elements, new shape (rename is a reshape) */
   MTF_OP_STOP_GRADIENT,
+  MTF_OP_SOFTMAX,       /* fused: exp(x - logsumexp(x)) over params.along.dim */
+  MTF_OP_LOG_SOFTMAX,   /* fused: x - logsumexp(x) */
+  MTF_OP_LAYER_NORM,    /* fused: (x - mean) * rsqrt(var + epsilon) over params.norm.dim */
+  MTF_OP_RMS_NORM,      /* fused: x * rsqrt(mean(x^2) + epsilon) */
+  MTF_OP_SOFTMAX_XENT,  /* fused: logsumexp - logits[label] + z_loss * logsumexp^2, labels integer */
+  MTF_OP_MASKED_FILL,   /* x where mask != 0, else params.fill.value */
+  MTF_OP_GATHER,        /* table rows by integer ids over params.along.dim (the embedding lookup) */
+  MTF_OP_SCATTER_ADD,   /* the gather's gradient: out[id] += rows */
+  MTF_OP_COUNT
 } mtf_op_kind;
 
 typedef enum mtf_binary_kind {
@@ -35,18 +46,28 @@ typedef enum mtf_unary_kind {
   MTF_UN_GELU_GRAD, /* d gelu / dx */
 } mtf_unary_kind;
 
+/* Typed parameters of a node, by op; a plan step carries a copy, so kernels never read the graph. */
+typedef union mtf_op_params {
+  struct { mtf_init init; float scale; } variable;
+  struct { float value; } constant;
+  struct { mtf_unary_kind fn; float alpha, beta; } unary;
+  struct { mtf_binary_kind fn; } binary;
+  struct { float keep; uint64_t key; } random;
+  /* softmax, log_softmax, one_hot, gather, scatter_add: the named dimension the op works along */
+  struct { char dim[MTF_NAME_MAX]; } along;
+  struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
+  struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
+  struct { float value; } fill;
+} mtf_op_params;
+
 typedef struct mtf_node {
   mtf_op_kind kind;
   mtf_dtype dtype;
   mtf_shape shape;
   char name[64];
   int n_inputs;
-  int inputs[2];
-  int sub;         /* mtf_binary_kind / mtf_unary_kind */
-  float a, b;      /* affine a*x+b; constant value (a); keep probability (a); init scale (a) */
-  mtf_init init;
-  uint64_t key;    /* random: dropout key */
-  char dim_name[MTF_NAME_MAX]; /* one_hot: the new dim */
+  int inputs[MTF_MAX_OP_INPUTS];
+  mtf_op_params params;
 } mtf_node;
 
 typedef struct mtf_assign_pair {
@@ -59,11 +80,16 @@ struct mtf_graph {
   int n_nodes, cap_nodes;
   mtf_assign_pair *assigns;
   int n_assigns, cap_assigns;
+  int *variables; /* node ids of the variables, in creation order */
+  int n_variables, cap_variables;
   mtf_error error; /* first builder error, sticky */
 };
 
-/* Appends a node (copying *node); returns its id, or MTF_NO_TENSOR when the graph already has an error. */
-int mtf_graph_add(mtf_graph *g, const mtf_node *node);
+/* Adds a node of `kind` with these inputs and parameters. `shape` is the output shape where the caller
+ * states it (einsum, reductions, broadcast, reshape, sources) or NULL where the op's shape rule infers it.
+ * The op's table entry validates it. Returns the new id, or MTF_NO_TENSOR (the graph keeps the error). */
+int mtf_graph_add_op(mtf_graph *g, mtf_op_kind kind, int n_inputs, const int *inputs, const mtf_op_params *params,
+                     const mtf_shape *shape);
 /* Records the first error; returns MTF_NO_TENSOR for use in `return`. */
 int mtf_graph_fail(mtf_graph *g, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Validates a tensor id; fails the graph (mentioning `op`) when it is not one. */
@@ -72,6 +98,9 @@ int mtf_graph_check(mtf_graph *g, mtf_tensor t, const char *op);
 mtf_tensor mtf_unary(mtf_graph *g, mtf_tensor x, mtf_unary_kind kind, float a, float b);
 mtf_tensor mtf_binary(mtf_graph *g, mtf_tensor x, mtf_tensor y, mtf_binary_kind kind);
 mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uint64_t key);
+/* The gradient of a gather: a tensor of table_shape with rows of `rows` added at `ids` along dim. */
+mtf_tensor mtf_scatter_add(mtf_graph *g, mtf_tensor rows, mtf_tensor ids, const mtf_shape *table_shape,
+                           const char *dim);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

@@ -1,5 +1,6 @@
 /* Lowering: graph + mesh + layout + one mesh coordinate -> that rank's plan. Pure (no MPI), so `mtf plan`
- * and tests can lower for any mesh in one process.
+ * and tests can lower for any mesh in one process. Each node is lowered by its op's table entry
+ * (ops/op_def.h), through the helpers of lower/lowering.h implemented here.
  *
  * Every tensor's layout follows from its dimension names, so inputs of an op agree on how shared
  * dimensions are split and most ops run locally on slices. Communication comes from three places:
@@ -14,15 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower/plan.h"
+#include "lower/lowering.h"
+#include "ops/op_def.h"
 
-typedef struct lowering {
+struct mtf_lowering {
   mtf_plan *plan;
   const mtf_graph *g;
   mtf_axis_set *pending; /* per buffer: axes over which it still holds partial sums */
   int cap_pending;
   mtf_error *err;
-} lowering;
+};
+typedef struct mtf_lowering lowering;
 
 static int grow(void **array, int *cap, int need, size_t elem) {
   if (need <= *cap) return MTF_OK;
@@ -36,7 +39,7 @@ static int grow(void **array, int *cap, int need, size_t elem) {
   return MTF_OK;
 }
 
-static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node) {
+static int new_typed_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node, mtf_dtype dtype) {
   mtf_plan *p = lw->plan;
   if (grow((void **)&p->buffers, &p->cap_buffers, p->n_buffers + 1, sizeof(mtf_buffer)) ||
       grow((void **)&lw->pending, &lw->cap_pending, p->n_buffers + 1, sizeof(mtf_axis_set)))
@@ -45,6 +48,7 @@ static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local
   mtf_buffer *b = &p->buffers[id];
   memset(b, 0, sizeof *b);
   b->kind = kind;
+  b->dtype = dtype;
   b->elements = mtf_shape_num_elements(local);
   b->first_step = INT_MAX;
   b->last_step = -1;
@@ -53,6 +57,10 @@ static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local
   if (kind == MTF_BUF_INPUT) b->offset = p->n_inputs++;
   lw->pending[id] = 0;
   return id;
+}
+
+static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node) {
+  return new_typed_buffer(lw, kind, local, node, lw->g->nodes[node].dtype);
 }
 
 static int add_step(lowering *lw, const mtf_step *step) {
@@ -66,6 +74,7 @@ static int add_step(lowering *lw, const mtf_step *step) {
   if (out->last_step < index) out->last_step = index;
   for (int k = 0; k < step->n_in; k++)
     if (p->buffers[step->in[k]].last_step < index) p->buffers[step->in[k]].last_step = index;
+  if (step->scratch >= 0) p->buffers[step->scratch].first_step = p->buffers[step->scratch].last_step = index;
   return MTF_OK;
 }
 
@@ -89,6 +98,7 @@ static mtf_step one_input_step(mtf_step_kind kind, int node, int in, const mtf_s
   s.in_shape[0] = *in_shape;
   s.out = out;
   s.out_shape = *out_shape;
+  s.scratch = -1;
   return s;
 }
 
@@ -124,6 +134,12 @@ static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int
   mtf_step s = one_input_step(MTF_STEP_ALLGATHER, node, *buffer, shape, out, &gathered);
   s.axes = 1u << axis;
   s.tensor_axis = d;
+  int64_t outer = 1;
+  for (int e = 0; e < d; e++) outer *= shape->dims[e].size;
+  if (outer > 1) { /* the blocks arrive one after another and are reordered from scratch */
+    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, lw->g->nodes[node].dtype);
+    if (s.scratch < 0) return -s.scratch;
+  }
   count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
   MTF_CHECK(add_step(lw, &s));
   *buffer = out;
@@ -143,28 +159,136 @@ static int slice_to(lowering *lw, int node, int buffer, const mtf_shape *full, c
   return MTF_OK;
 }
 
-static int64_t kernel_flops(const mtf_graph *g, const mtf_plan *p, const mtf_step *s) {
-  const mtf_node *n = &g->nodes[s->node];
-  if (n->kind != MTF_OP_EINSUM) return mtf_shape_num_elements(&s->out_shape);
-  mtf_shape all = s->in_shape[0];
-  if (s->n_in == 2)
-    for (int i = 0; i < s->in_shape[1].rank; i++)
-      if (!mtf_shape_has(&all, s->in_shape[1].dims[i].name))
-        mtf_shape_append(&all, s->in_shape[1].dims[i].name, s->in_shape[1].dims[i].size, NULL);
-  (void)p;
-  return (s->n_in == 2 ? 2 : 1) * mtf_shape_num_elements(&all);
+/* ---- kernel steps ---- */
+
+/* Global offset, along the op's named dim, of the local part a kernel sees (0 where the buffer is whole). */
+static int64_t named_dim_offset(const lowering *lw, int node, const mtf_step *s) {
+  const mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_named_dim where = mtf_op(n->kind)->named_dim;
+  if (where == MTF_DIM_NONE) return 0;
+  const char *dim = n->params.along.dim;
+  if (where == MTF_DIM_IN_OUTPUT) {
+    int d = mtf_shape_index_of(&s->out_shape, dim);
+    return d >= 0 ? s->offsets[d] : 0;
+  }
+  int input = n->inputs[0], d = mtf_shape_index_of(&s->in_shape[0], dim);
+  if (d < 0 || s->in_shape[0].dims[d].size == lw->g->nodes[input].shape.dims[d].size) return 0;
+  int64_t offsets[MTF_MAX_RANK];
+  mtf_layout_slice_offset(&p->layouts[input], &p->mesh, p->coord, offsets);
+  return offsets[d];
 }
 
-/* A reduction (einsum or max) over the dims of its inputs that the output lacks. */
-static int lower_reduction(lowering *lw, int node, mtf_axis_set *reduced_axes) {
+/* A kernel step of node's op over explicit inputs, writing a new arena buffer of out_shape (*out). */
+static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
+                       const mtf_dtype *in_dtypes, const mtf_shape *out_shape, mtf_dtype out_dtype, int *out) {
   mtf_plan *p = lw->plan;
   const mtf_node *n = &lw->g->nodes[node];
-  mtf_axis_set out_axes = mtf_layout_split_axes(&p->layouts[node]);
+  const mtf_op_def *def = mtf_op(n->kind);
   mtf_step s;
   memset(&s, 0, sizeof s);
   s.kind = MTF_STEP_KERNEL;
+  s.op = n->kind;
+  s.phase = phase;
   s.node = node;
-  s.n_in = n->n_inputs;
+  s.n_in = n_in;
+  for (int k = 0; k < n_in; k++) {
+    s.in[k] = in[k];
+    s.in_shape[k] = in_shapes[k];
+    s.in_dtype[k] = in_dtypes[k];
+  }
+  s.out_shape = *out_shape;
+  s.out_dtype = out_dtype;
+  s.params = n->params;
+  s.seed = lw->g->seed;
+  for (int d = 0; d < n->shape.rank; d++) s.global_dims[d] = n->shape.dims[d].size;
+  if (phase == MTF_PHASE_WHOLE || phase == MTF_PHASE_APPLY)
+    mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, s.offsets);
+  s.dim_offset = named_dim_offset(lw, node, &s);
+  s.scratch = -1;
+  int64_t scratch = def->scratch ? def->scratch(&s) : 0;
+  if (scratch > 0) {
+    mtf_shape flat = {0};
+    mtf_shape_append(&flat, "scratch", scratch, NULL);
+    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &flat, node, MTF_F32);
+    if (s.scratch < 0) return -s.scratch;
+  }
+  int b = new_typed_buffer(lw, MTF_BUF_ARENA, out_shape, node, out_dtype);
+  if (b < 0) return -b;
+  s.out = b;
+  *out = b;
+  if (def->flops) p->stats.flops += def->flops(&s);
+  return add_step(lw, &s);
+}
+
+/* ---- the helpers of lower/lowering.h ---- */
+const mtf_graph *mtf_lowering_graph(const mtf_lowering *lw) { return lw->g; }
+mtf_plan *mtf_lowering_plan(mtf_lowering *lw) { return lw->plan; }
+mtf_shape mtf_lowering_local_shape(const mtf_lowering *lw, int node) { return local_shape(lw->plan, node); }
+
+int mtf_lowering_split_axis(const mtf_lowering *lw, int node, const char *dim) {
+  const mtf_tensor_layout *layout = &lw->plan->layouts[node];
+  int d = mtf_shape_index_of(&layout->shape, dim);
+  return d >= 0 ? layout->mesh_axis[d] : -1;
+}
+
+mtf_axis_set mtf_lowering_pending(const mtf_lowering *lw, int node) {
+  int b = lw->plan->value_buffer[node];
+  return b >= 0 ? lw->pending[b] : 0;
+}
+
+void mtf_lower_set_pending(mtf_lowering *lw, int node, mtf_axis_set axes) {
+  lw->pending[lw->plan->value_buffer[node]] = axes;
+}
+
+void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer) { lw->plan->value_buffer[node] = buffer; }
+
+int mtf_lower_source(mtf_lowering *lw, int node) {
+  mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_shape local = local_shape(p, node);
+  int b = new_buffer(lw, n->kind == MTF_OP_INPUT ? MTF_BUF_INPUT : MTF_BUF_VARIABLE, &local, node);
+  if (b < 0) return -b;
+  p->value_buffer[node] = b;
+  if (n->kind == MTF_OP_VARIABLE) p->stats.variable_bytes += (int64_t)sizeof(float) * p->buffers[b].elements;
+  return MTF_OK;
+}
+
+int mtf_lower_alias(mtf_lowering *lw, int node) {
+  lw->plan->value_buffer[node] = lw->plan->value_buffer[lw->g->nodes[node].inputs[0]];
+  return MTF_OK;
+}
+
+int mtf_lower_input(mtf_lowering *lw, int node, int k, int *buffer, mtf_shape *local) {
+  int input = lw->g->nodes[node].inputs[k];
+  MTF_CHECK(materialize(lw, input));
+  *buffer = lw->plan->value_buffer[input];
+  *local = local_shape(lw->plan, input);
+  return MTF_OK;
+}
+
+int mtf_lower_phase(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
+                    const mtf_dtype *in_dtypes, const mtf_shape *out_shape, int *out) {
+  return emit_kernel(lw, node, phase, n_in, in, in_shapes, in_dtypes, out_shape, MTF_F32, out);
+}
+
+int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
+                               mtf_reduce_op op) {
+  return emit_allreduce(lw, node, buffer, shape, axes, op);
+}
+
+int mtf_lower_allreduce(mtf_lowering *lw, int node, mtf_axis_set axes, mtf_reduce_op op) {
+  mtf_shape local = local_shape(lw->plan, node);
+  return emit_allreduce(lw, node, lw->plan->value_buffer[node], &local, axes, op);
+}
+
+int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) {
+  mtf_plan *p = lw->plan;
+  const mtf_node *n = &lw->g->nodes[node];
+  mtf_axis_set out_axes = mtf_layout_split_axes(&p->layouts[node]);
+  int in[MTF_MAX_OP_INPUTS];
+  mtf_shape in_shapes[MTF_MAX_OP_INPUTS];
+  mtf_dtype in_dtypes[MTF_MAX_OP_INPUTS];
   *reduced_axes = 0;
   /* The summed dim that claimed each axis: partial sums of two different dims over one axis cannot be
    * added up by one allreduce (sum_r A_r B_r is not (sum A)(sum B)), so a second such dim is gathered. */
@@ -185,44 +309,38 @@ static int lower_reduction(lowering *lw, int node, mtf_axis_set *reduced_axes) {
         summed_on[axis] = layout->shape.dims[d].name;
       }
     }
-    s.in[k] = buffer;
-    s.in_shape[k] = shape;
+    in[k] = buffer;
+    in_shapes[k] = shape;
+    in_dtypes[k] = lw->g->nodes[input].dtype;
   }
-  s.out_shape = local_shape(p, node);
-  int out = new_buffer(lw, MTF_BUF_ARENA, &s.out_shape, node);
-  if (out < 0) return -out;
-  s.out = out;
+  mtf_shape out_shape = local_shape(p, node);
+  int out;
+  MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
   p->value_buffer[node] = out;
-  p->stats.flops += kernel_flops(lw->g, p, &s);
-  return add_step(lw, &s);
+  return MTF_OK;
 }
 
-/* A local kernel on materialized (or, where `keep_partial`, partial) inputs. */
-static int lower_local(lowering *lw, int node, int keep_partial) {
+int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) {
   mtf_plan *p = lw->plan;
   const mtf_node *n = &lw->g->nodes[node];
-  mtf_step s;
-  memset(&s, 0, sizeof s);
-  s.kind = MTF_STEP_KERNEL;
-  s.node = node;
-  s.n_in = n->n_inputs;
+  int in[MTF_MAX_OP_INPUTS];
+  mtf_shape in_shapes[MTF_MAX_OP_INPUTS];
+  mtf_dtype in_dtypes[MTF_MAX_OP_INPUTS];
   mtf_axis_set pending = 0;
   for (int k = 0; k < n->n_inputs; k++) {
     int input = n->inputs[k];
     if (!keep_partial) MTF_CHECK(materialize(lw, input));
-    s.in[k] = p->value_buffer[input];
-    s.in_shape[k] = local_shape(p, input);
-    pending |= lw->pending[s.in[k]];
+    in[k] = p->value_buffer[input];
+    in_shapes[k] = local_shape(p, input);
+    in_dtypes[k] = lw->g->nodes[input].dtype;
+    pending |= lw->pending[in[k]];
   }
-  s.out_shape = local_shape(p, node);
-  mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, s.offsets);
-  int out = new_buffer(lw, MTF_BUF_ARENA, &s.out_shape, node);
-  if (out < 0) return -out;
-  s.out = out;
+  mtf_shape out_shape = local_shape(p, node);
+  int out;
+  MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
   lw->pending[out] = pending;
   p->value_buffer[node] = out;
-  p->stats.flops += kernel_flops(lw->g, p, &s);
-  return add_step(lw, &s);
+  return MTF_OK;
 }
 
 static int same_sizes(const mtf_shape *a, const mtf_shape *b) {
@@ -232,7 +350,8 @@ static int same_sizes(const mtf_shape *a, const mtf_shape *b) {
   return 1;
 }
 
-static int lower_reshape(lowering *lw, int node) {
+int mtf_lower_reshape(mtf_lowering *lw, int node) {
+
   mtf_plan *p = lw->plan;
   int input = lw->g->nodes[node].inputs[0];
   MTF_CHECK(materialize(lw, input));
@@ -272,47 +391,6 @@ static int lower_reshape(lowering *lw, int node) {
   if (!same_sizes(&in_layout->shape, &out_layout->shape)) shape = out_layout->shape;
   for (int d = 0; d < shape.rank; d++) snprintf(shape.dims[d].name, MTF_NAME_MAX, "%s", out_layout->shape.dims[d].name);
   return slice_to(lw, node, buffer, &shape, offsets);
-}
-
-static int lower_node(lowering *lw, int node) {
-  mtf_plan *p = lw->plan;
-  const mtf_node *n = &lw->g->nodes[node];
-  mtf_shape local = local_shape(p, node);
-  switch (n->kind) {
-    case MTF_OP_INPUT:
-    case MTF_OP_VARIABLE: {
-      int b = new_buffer(lw, n->kind == MTF_OP_INPUT ? MTF_BUF_INPUT : MTF_BUF_VARIABLE, &local, node);
-      if (b < 0) return -b;
-      p->value_buffer[node] = b;
-      p->stats.variable_bytes += n->kind == MTF_OP_VARIABLE ? (int64_t)sizeof(float) * p->buffers[b].elements : 0;
-      return MTF_OK;
-    }
-    case MTF_OP_EINSUM: {
-      mtf_axis_set reduced;
-      MTF_CHECK(lower_reduction(lw, node, &reduced));
-      lw->pending[p->value_buffer[node]] = reduced; /* summed when a consumer needs the total */
-      return MTF_OK;
-    }
-    case MTF_OP_REDUCE_MAX: {
-      mtf_axis_set reduced;
-      MTF_CHECK(lower_reduction(lw, node, &reduced));
-      if (!reduced) return MTF_OK;
-      return emit_allreduce(lw, node, p->value_buffer[node], &local, reduced, MTF_REDUCE_MAX);
-    }
-    case MTF_OP_BINARY: {
-      /* Sums and differences of partial sums over the same axes stay partial: one allreduce later. */
-      int a = p->value_buffer[n->inputs[0]], b = p->value_buffer[n->inputs[1]];
-      int linear = n->sub == MTF_BIN_ADD || n->sub == MTF_BIN_SUB;
-      return lower_local(lw, node, linear && lw->pending[a] != 0 && lw->pending[a] == lw->pending[b]);
-    }
-    case MTF_OP_UNARY: {
-      int scaling = n->sub == MTF_UN_AFFINE && n->b == 0.0f;
-      return lower_local(lw, node, scaling);
-    }
-    case MTF_OP_RESHAPE: return lower_reshape(lw, node);
-    case MTF_OP_STOP_GRADIENT: p->value_buffer[node] = p->value_buffer[n->inputs[0]]; return MTF_OK;
-    default: return lower_local(lw, node, 0); /* constant, range, broadcast, one_hot, random */
-  }
 }
 
 static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int with_assigns,
@@ -375,7 +453,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
   }
   if (rc == MTF_OK) rc = check_layouts(p, g, rules, err);
   for (int i = 0; i < count && rc == MTF_OK; i++)
-    if (p->needed[i]) rc = lower_node(&lw, i);
+    if (p->needed[i]) rc = mtf_op(g->nodes[i].kind)->lower(&lw, i);
   for (int i = 0; i < n_fetches && rc == MTF_OK; i++) {
     rc = materialize(&lw, fetches[i]);
     p->buffers[p->value_buffer[fetches[i]]].last_step = INT_MAX; /* read after the run */

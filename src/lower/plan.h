@@ -1,6 +1,8 @@
-/* The per-rank plan: a flat list of steps over buffers. Lowering (lower.c) builds it from the graph, the
- * mesh, the layout and one mesh coordinate, with no MPI; the memory planner (memory.c) gives every
- * arena buffer an offset; the executor (exec/) runs the steps in order. */
+/* The per-rank plan: a flat list of steps over buffers. Lowering (lower.c, driven by each op's table
+ * entry) builds it from the graph, the mesh, the layout and one mesh coordinate, with no MPI; the memory
+ * planner (memory.c) gives every arena buffer an offset; the executor (exec/) runs the steps in order.
+ * A step carries everything its kernel needs (op, parameters, local shapes, offsets), so the executor
+ * never reads the graph. */
 #ifndef MTF_LOWER_PLAN_H
 #define MTF_LOWER_PLAN_H
 
@@ -10,6 +12,7 @@ typedef enum mtf_buffer_kind { MTF_BUF_ARENA, MTF_BUF_VARIABLE, MTF_BUF_INPUT } 
 
 typedef struct mtf_buffer {
   mtf_buffer_kind kind;
+  mtf_dtype dtype;
   int64_t elements;
   int64_t offset;  /* arena: element offset from the memory planner; variable/input: index of its storage */
   int first_step;  /* writes start here */
@@ -18,19 +21,36 @@ typedef struct mtf_buffer {
 } mtf_buffer;
 
 typedef enum mtf_step_kind {
-  MTF_STEP_KERNEL,    /* the node's primitive on local slices */
+  MTF_STEP_KERNEL,    /* op `op` (phase `phase`) on local slices, through the backend's kernel table */
   MTF_STEP_ALLREDUCE, /* in place over `axes` with `reduce_op` */
   MTF_STEP_ALLGATHER, /* in (shape in_shape[0]) -> out, concatenated along tensor axis `tensor_axis` */
   MTF_STEP_SLICE,     /* out = in[offsets ...] with out_shape */
   MTF_STEP_COPY,      /* out = in (assign to a variable) */
 } mtf_step_kind;
 
+/* Phases of a fused op whose reduced dimension is split: local statistics, then (after lowering's
+ * allreduce of them) the result. MTF_PHASE_WHOLE does everything in one kernel. */
+typedef enum mtf_phase {
+  MTF_PHASE_WHOLE = 0,
+  MTF_PHASE_MAX,   /* per-row max over the dim (softmax, xent) */
+  MTF_PHASE_STATS, /* per-row sums given the max (softmax: sum exp; xent: sum exp and target; norms: sums) */
+  MTF_PHASE_APPLY, /* the result from the input and the allreduced statistics */
+} mtf_phase;
+
 typedef struct mtf_step {
   mtf_step_kind kind;
-  int node;
-  int out, in[2], n_in;
-  mtf_shape out_shape, in_shape[2];   /* local shapes */
-  int64_t offsets[MTF_MAX_RANK];      /* slice: start per dim; kernels: global offset of out's slice */
+  mtf_op_kind op;
+  mtf_phase phase;
+  int node;                            /* for messages */
+  int out, in[MTF_MAX_OP_INPUTS], n_in;
+  int scratch;                         /* arena buffer for the kernel's temporaries, or -1 */
+  mtf_dtype out_dtype, in_dtype[MTF_MAX_OP_INPUTS];
+  mtf_shape out_shape, in_shape[MTF_MAX_OP_INPUTS]; /* local shapes */
+  int64_t offsets[MTF_MAX_RANK];       /* slice: start per dim; kernels: global offset of out's slice */
+  int64_t global_dims[MTF_MAX_RANK];   /* the node's whole shape (random numbers, norms' counts) */
+  int64_t dim_offset;                  /* global offset of the local part of the op's named dim */
+  mtf_op_params params;
+  uint64_t seed;                       /* the graph's seed (random ops) */
   mtf_axis_set axes;
   mtf_reduce_op reduce_op;
   int tensor_axis;

@@ -1,25 +1,13 @@
-/* CPU kernels other than einsum: plain loops over strided walks, innermost dimension contiguous. */
-#include <cblas.h>
+/* CPU kernels for the elementwise, source, broadcast and max-reduction ops: plain loops over strided
+ * walks, innermost dimension contiguous. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/backend.h"
+#include "exec/cpu/cpu.h"
 #include "exec/cpu/strided.h"
-#include "graph/graph.h"
 
-int mtf_cpu_einsum(int n_in, const mtf_shape *in_shapes, const float *const *in, const mtf_shape *out_shape,
-                   float *out);
-
-static float *cpu_alloc(int64_t elements) {
-  size_t bytes = (size_t)(elements > 0 ? elements : 1) * sizeof(float);
-  bytes = (bytes + 63) / 64 * 64;
-  return aligned_alloc(64, bytes);
-}
-
-static void cpu_release(float *p) { free(p); }
-
-static void cpu_reduce_max(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
+static void reduce_max(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
   int64_t n_out = mtf_shape_num_elements(out_shape);
   for (int64_t i = 0; i < n_out; i++) out[i] = -INFINITY;
   const mtf_shape *ops[1] = {out_shape};
@@ -34,7 +22,7 @@ static void cpu_reduce_max(const mtf_shape *in_shape, const float *in, const mtf
   }
 }
 
-static void cpu_broadcast(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
+static void broadcast(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
   const mtf_shape *ops[1] = {in_shape};
   mtf_walk w;
   mtf_walk_init(&w, out_shape, 1, ops);
@@ -55,8 +43,8 @@ static void cpu_broadcast(const mtf_shape *in_shape, const float *in, const mtf_
     }                                                                                                       \
   }
 
-static void cpu_binary(int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape, const float *b,
-                       const mtf_shape *out_shape, float *out) {
+static void binary(int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape, const float *b,
+                   const mtf_shape *out_shape, float *out) {
   const mtf_shape *ops[2] = {a_shape, b_shape};
   mtf_walk w;
   mtf_walk_init(&w, out_shape, 2, ops);
@@ -74,7 +62,7 @@ static void cpu_binary(int kind, const mtf_shape *a_shape, const float *a, const
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 
-static void cpu_unary(int kind, float alpha, float beta, int64_t n, const float *in, float *out) {
+static void unary(int kind, float alpha, float beta, int64_t n, const float *in, float *out) {
   switch ((mtf_unary_kind)kind) {
     case MTF_UN_AFFINE: for (int64_t i = 0; i < n; i++) out[i] = alpha * in[i] + beta; break;
     case MTF_UN_EXP: for (int64_t i = 0; i < n; i++) out[i] = expf(in[i]); break;
@@ -101,16 +89,12 @@ static void cpu_unary(int kind, float alpha, float beta, int64_t n, const float 
   }
 }
 
-static void cpu_fill(float value, int64_t n, float *out) {
+void mtf_cpu_fill(float value, int64_t n, float *out) {
   for (int64_t i = 0; i < n; i++) out[i] = value;
 }
 
-static void cpu_range(int64_t start, int64_t n, float *out) {
-  for (int64_t i = 0; i < n; i++) out[i] = (float)(start + i);
-}
-
-static void cpu_one_hot(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, int dim_index,
-                        int64_t dim_offset, float *out) {
+static void one_hot(const mtf_shape *in_shape, const void *in, mtf_dtype in_dtype, const mtf_shape *out_shape,
+                    int dim_index, int64_t dim_offset, float *out) {
   const mtf_shape *ops[1] = {in_shape};
   mtf_walk w;
   mtf_walk_init(&w, out_shape, 1, ops);
@@ -118,20 +102,19 @@ static void cpu_one_hot(const mtf_shape *in_shape, const float *in, const mtf_sh
   int64_t s = w.strides[0][last];
   float *dst = out;
   for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {
-    const float *src = in + w.offset[0];
     for (int64_t i = 0; i < w.inner; i++) {
       int64_t position = dim_index == last ? i : w.index[dim_index];
-      dst[i] = (int64_t)lrintf(src[i * s]) == dim_offset + position ? 1.0f : 0.0f;
+      dst[i] = mtf_cpu_index(in, in_dtype, w.offset[0] + i * s) == dim_offset + position ? 1.0f : 0.0f;
     }
   }
 }
 
-static void cpu_random_keep(uint64_t seed, uint64_t key, float keep, const mtf_shape *global_shape,
-                            const mtf_shape *out_shape, const int64_t *offsets, float *out) {
+static void random_keep(uint64_t seed, uint64_t key, float keep, const int64_t *global_dims, const mtf_shape *out_shape,
+                        const int64_t *offsets, float *out) {
   int64_t global_strides[MTF_MAX_RANK], stride = 1;
-  for (int d = global_shape->rank - 1; d >= 0; d--) {
+  for (int d = out_shape->rank - 1; d >= 0; d--) {
     global_strides[d] = stride;
-    stride *= global_shape->dims[d].size;
+    stride *= global_dims[d];
   }
   int64_t n = mtf_shape_num_elements(out_shape), index[MTF_MAX_RANK] = {0};
   for (int64_t e = 0; e < n; e++) {
@@ -145,8 +128,8 @@ static void cpu_random_keep(uint64_t seed, uint64_t key, float keep, const mtf_s
   }
 }
 
-static void cpu_slice(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, const int64_t *offsets,
-                      float *out) {
+void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,
+                   char *out, size_t elem) {
   int64_t in_strides[MTF_MAX_RANK], stride = 1, base = 0;
   for (int d = in_shape->rank - 1; d >= 0; d--) {
     in_strides[d] = stride;
@@ -158,38 +141,82 @@ static void cpu_slice(const mtf_shape *in_shape, const float *in, const mtf_shap
   mtf_walk_init(&w, &positional, 0, NULL);
   for (int d = 0; d < in_shape->rank; d++) w.strides[0][d] = in_strides[d];
   w.n = 1;
-  float *dst = out;
-  for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {
-    const float *src = in + base + w.offset[0];
-    int64_t s = in_shape->rank ? in_strides[in_shape->rank - 1] : 1;
-    for (int64_t i = 0; i < w.inner; i++) dst[i] = src[i * s];
+  int64_t s = in_shape->rank ? in_strides[in_shape->rank - 1] : 1;
+  char *dst = out;
+  for (int64_t r = 0; r < w.rows; r++, dst += w.inner * (int64_t)elem, mtf_walk_next_row(&w)) {
+    const char *src = in + (base + w.offset[0]) * (int64_t)elem;
+    if (s == 1) {
+      memcpy(dst, src, (size_t)w.inner * elem);
+      continue;
+    }
+    for (int64_t i = 0; i < w.inner; i++) memcpy(dst + i * (int64_t)elem, src + i * s * (int64_t)elem, elem);
   }
 }
 
-static void cpu_copy(int64_t n, const float *in, float *out) {
-  if (in != out) memmove(out, in, sizeof(float) * (size_t)n);
+/* ---- the kernels of the op table ---- */
+#define F(p) ((float *)(p))
+#define CF(p) ((const float *)(p))
+
+static int k_constant(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  mtf_cpu_fill(st->params.constant.value, mtf_shape_num_elements(&st->out_shape), F(a->out));
+  return MTF_OK;
 }
 
-static const mtf_backend_ops cpu_ops = {
-    .name = "cpu",
-    .alloc = cpu_alloc,
-    .release = cpu_release,
-    .einsum = mtf_cpu_einsum,
-    .reduce_max = cpu_reduce_max,
-    .broadcast = cpu_broadcast,
-    .binary = cpu_binary,
-    .unary = cpu_unary,
-    .fill = cpu_fill,
-    .range = cpu_range,
-    .one_hot = cpu_one_hot,
-    .random_keep = cpu_random_keep,
-    .slice = cpu_slice,
-    .copy = cpu_copy,
-};
+static int k_range(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  for (int64_t i = 0; i < n; i++) F(a->out)[i] = (float)(st->offsets[0] + i);
+  return MTF_OK;
+}
 
-const mtf_backend_ops *mtf_cpu_backend(void) { return &cpu_ops; }
+static int k_broadcast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  broadcast(&st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
+  return MTF_OK;
+}
 
-int mtf_cpu_set_threads(int threads) {
-  if (threads > 0) openblas_set_num_threads(threads);
-  return openblas_get_num_threads();
+static int k_reduce_max(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  reduce_max(&st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
+  return MTF_OK;
+}
+
+static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  binary(st->params.binary.fn, &st->in_shape[0], CF(a->in[0]), &st->in_shape[1], CF(a->in[1]), &st->out_shape,
+         F(a->out));
+  return MTF_OK;
+}
+
+static int k_unary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  unary(st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta, mtf_shape_num_elements(&st->out_shape),
+        CF(a->in[0]), F(a->out));
+  return MTF_OK;
+}
+
+static int k_one_hot(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  int d = mtf_shape_index_of(&st->out_shape, st->params.along.dim);
+  one_hot(&st->in_shape[0], a->in[0], st->in_dtype[0], &st->out_shape, d, st->dim_offset, F(a->out));
+  return MTF_OK;
+}
+
+static int k_random_keep(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  random_keep(st->seed, st->params.random.key + a->random_offset * 0x9e3779b97f4a7c15ULL, st->params.random.keep,
+              st->global_dims, &st->out_shape, st->offsets, F(a->out));
+  return MTF_OK;
+}
+
+void mtf_cpu_register_elementwise(mtf_kernel_fn *k) {
+  k[MTF_OP_CONSTANT] = k_constant;
+  k[MTF_OP_RANGE] = k_range;
+  k[MTF_OP_BROADCAST] = k_broadcast;
+  k[MTF_OP_REDUCE_MAX] = k_reduce_max;
+  k[MTF_OP_BINARY] = k_binary;
+  k[MTF_OP_UNARY] = k_unary;
+  k[MTF_OP_ONE_HOT] = k_one_hot;
+  k[MTF_OP_RANDOM_KEEP] = k_random_keep;
 }

@@ -1,0 +1,80 @@
+/* The CPU backend: host memory (64-byte aligned), OpenBLAS threads per rank, and the kernel table. */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/tensor_pack.h"
+#include "exec/cpu/cpu.h"
+
+static void *cpu_allocate(mtf_backend *b, size_t bytes) {
+  (void)b;
+  bytes = (bytes ? bytes : 1);
+  bytes = (bytes + 63) / 64 * 64;
+  return aligned_alloc(64, bytes);
+}
+
+static void cpu_release(mtf_backend *b, void *p) {
+  (void)b;
+  free(p);
+}
+
+static int cpu_copy(mtf_backend *b, void *dst, const void *src, size_t bytes) {
+  (void)b;
+  if (dst != src) memmove(dst, src, bytes);
+  return MTF_OK;
+}
+
+static int cpu_fill_f32(mtf_backend *b, void *dst, float value, int64_t count) {
+  (void)b;
+  mtf_cpu_fill(value, count, dst);
+  return MTF_OK;
+}
+
+static int cpu_synchronize(mtf_backend *b) {
+  (void)b;
+  return MTF_OK;
+}
+
+static int cpu_slice(mtf_backend *b, const mtf_shape *in_shape, const void *in, const mtf_shape *out_shape,
+                     const int64_t *offsets, void *out, size_t elem_size) {
+  (void)b;
+  mtf_cpu_slice(in_shape, in, out_shape, offsets, out, elem_size);
+  return MTF_OK;
+}
+
+static int cpu_concat_blocks(mtf_backend *b, const void *blocks, void *out, size_t elem_size, int rank,
+                             const int64_t *dims, int axis, int parts) {
+  (void)b;
+  mtf_pack_concat(blocks, out, elem_size, rank, dims, axis, parts);
+  return MTF_OK;
+}
+
+static const mtf_backend_memory cpu_memory = {
+    .allocate = cpu_allocate,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .fill_f32 = cpu_fill_f32,
+    .synchronize = cpu_synchronize,
+    .slice = cpu_slice,
+    .concat_blocks = cpu_concat_blocks,
+};
+
+static void cpu_destroy(mtf_backend *b) { free(b); }
+
+int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
+  mtf_backend *b = calloc(1, sizeof *b);
+  if (!b) return mtf_error_set(err, MTF_ERR_NOMEM, "cpu backend: out of memory");
+  b->name = "cpu";
+  b->mem = &cpu_memory;
+  b->destroy = cpu_destroy;
+  mtf_cpu_register_elementwise(b->kernels);
+  mtf_cpu_register_einsum(b->kernels);
+  mtf_cpu_register_fused(b->kernels);
+  /* OpenBLAS' thread count is per process: one rank is one process. */
+  if (threads > 0) openblas_set_num_threads(threads);
+  b->threads = openblas_get_num_threads();
+  *out = b;
+  return MTF_OK;
+}

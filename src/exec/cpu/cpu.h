@@ -1,0 +1,25 @@
+/* The CPU backend's parts: host memory, OpenBLAS, one kernel per op of the table (kernels.c for the
+ * elementwise ops, einsum.c, fused.c for the fused ops and the embedding). */
+#ifndef MTF_EXEC_CPU_CPU_H
+#define MTF_EXEC_CPU_CPU_H
+
+#include <math.h>
+
+#include "exec/backend.h"
+
+void mtf_cpu_register_elementwise(mtf_kernel_fn *kernels);
+void mtf_cpu_register_einsum(mtf_kernel_fn *kernels);
+void mtf_cpu_register_fused(mtf_kernel_fn *kernels);
+
+void mtf_cpu_fill(float value, int64_t n, float *out);
+void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,
+                   char *out, size_t elem);
+/* out = the sum of `in` over its dims absent from out (or a transposed copy). */
+void mtf_cpu_reduce_into(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);
+
+/* Element i of an index tensor held as int32 or as floats with integer values. */
+static inline int64_t mtf_cpu_index(const void *ids, mtf_dtype dtype, int64_t i) {
+  return dtype == MTF_I32 ? (int64_t)((const int32_t *)ids)[i] : (int64_t)lrintf(((const float *)ids)[i]);
+}
+
+#endif

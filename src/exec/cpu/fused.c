@@ -1,0 +1,252 @@
+/* CPU kernels of the fused ops (softmax, log-softmax, layer/RMS norm, cross-entropy) in each phase, the
+ * masked fill, and the embedding's gather and scatter-add. A "row" is every index of the other dims; the
+ * op's dim has local size `len` and stride `inner` within the row. Sums accumulate in double. */
+#include <math.h>
+#include <string.h>
+
+#include "exec/cpu/cpu.h"
+#include "exec/cpu/strided.h"
+
+typedef struct rows {
+  int64_t outer, len, inner, count; /* count = outer * inner rows */
+} rows;
+
+static rows rows_of(const mtf_shape *s, const char *dim) {
+  rows r = {1, 1, 1, 1};
+  int d = mtf_shape_index_of(s, dim);
+  for (int i = 0; i < s->rank; i++) {
+    if (i < d) r.outer *= s->dims[i].size;
+    if (i > d) r.inner *= s->dims[i].size;
+  }
+  r.len = d >= 0 ? s->dims[d].size : 1;
+  r.count = r.outer * r.inner;
+  return r;
+}
+
+static inline int64_t row_base(const rows *r, int64_t row) { return (row / r->inner) * r->len * r->inner + row % r->inner; }
+
+static float row_max(const float *x, const rows *r, int64_t row) {
+  const float *p = x + row_base(r, row);
+  float m = -INFINITY;
+  for (int64_t j = 0; j < r->len; j++) m = p[j * r->inner] > m ? p[j * r->inner] : m;
+  return m;
+}
+
+static double row_sum_exp(const float *x, const rows *r, int64_t row, float max) {
+  const float *p = x + row_base(r, row);
+  double s = 0;
+  for (int64_t j = 0; j < r->len; j++) s += exp((double)p[j * r->inner] - max);
+  return s;
+}
+
+static void softmax_apply(const float *x, const rows *r, int64_t row, float max, double sum, int log_form, float *y) {
+  const float *p = x + row_base(r, row);
+  float *q = y + row_base(r, row);
+  double log_sum = log(sum);
+  for (int64_t j = 0; j < r->len; j++) {
+    double v = (double)p[j * r->inner] - max;
+    q[j * r->inner] = (float)(log_form ? v - log_sum : exp(v) / sum);
+  }
+}
+
+static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  rows r = rows_of(&st->in_shape[0], st->params.along.dim);
+  const float *x = a->in[0];
+  int log_form = st->op == MTF_OP_LOG_SOFTMAX;
+  float *out = a->out;
+  for (int64_t row = 0; row < r.count; row++) switch (st->phase) {
+      case MTF_PHASE_WHOLE: {
+        float m = row_max(x, &r, row);
+        softmax_apply(x, &r, row, m, row_sum_exp(x, &r, row, m), log_form, out);
+        break;
+      }
+      case MTF_PHASE_MAX: out[row] = row_max(x, &r, row); break;
+      case MTF_PHASE_STATS: out[row] = (float)row_sum_exp(x, &r, row, ((const float *)a->in[1])[row]); break;
+      case MTF_PHASE_APPLY:
+        softmax_apply(x, &r, row, ((const float *)a->in[1])[row], ((const float *)a->in[2])[row], log_form, out);
+        break;
+    }
+  return MTF_OK;
+}
+
+/* Norms: statistics [sum x, sum x^2] per row, then y = (x - mean) * rsqrt(var + eps) (mean 0 for RMS). */
+static void norm_stats(const float *x, const rows *r, int64_t row, double *s1, double *s2) {
+  const float *p = x + row_base(r, row);
+  double a = 0, q = 0;
+  for (int64_t j = 0; j < r->len; j++) {
+    double v = p[j * r->inner];
+    a += v;
+    q += v * v;
+  }
+  *s1 = a;
+  *s2 = q;
+}
+
+static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_t row, double s1, double s2, double n,
+                       float *y) {
+  int layer = st->op == MTF_OP_LAYER_NORM;
+  double mean = layer ? s1 / n : 0.0, var = s2 / n - mean * mean;
+  if (var < 0) var = 0;
+  double inv = 1.0 / sqrt(var + st->params.norm.epsilon);
+  const float *p = x + row_base(r, row);
+  float *q = y + row_base(r, row);
+  for (int64_t j = 0; j < r->len; j++) q[j * r->inner] = (float)(((double)p[j * r->inner] - mean) * inv);
+}
+
+static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  rows r = rows_of(&st->in_shape[0], st->params.norm.dim);
+  int d = mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim);
+  double n = (double)st->global_dims[d];
+  const float *x = a->in[0];
+  float *out = a->out;
+  for (int64_t row = 0; row < r.count; row++) {
+    double s1, s2;
+    switch (st->phase) {
+      case MTF_PHASE_WHOLE:
+        norm_stats(x, &r, row, &s1, &s2);
+        norm_apply(st, x, &r, row, s1, s2, n, out);
+        break;
+      case MTF_PHASE_STATS:
+        norm_stats(x, &r, row, &s1, &s2);
+        out[row] = (float)s1;
+        out[r.count + row] = (float)s2;
+        break;
+      case MTF_PHASE_APPLY: {
+        const float *stats = a->in[1];
+        norm_apply(st, x, &r, row, stats[row], stats[r.count + row], n, out);
+        break;
+      }
+      case MTF_PHASE_MAX: return MTF_ERR_INVALID;
+    }
+  }
+  return MTF_OK;
+}
+
+/* Cross-entropy: loss = lse - x[label] + z * lse^2; labels are global ids, this rank holds
+ * [dim_offset, dim_offset + len). */
+static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  float z = st->params.xent.z_loss;
+  float *out = a->out;
+  if (st->phase == MTF_PHASE_APPLY) { /* in: max [rows], [sum exp, target] */
+    const float *m = a->in[0], *stats = a->in[1];
+    int64_t count = mtf_shape_num_elements(&st->out_shape);
+    for (int64_t row = 0; row < count; row++) {
+      double lse = m[row] + log((double)stats[row]);
+      out[row] = (float)(lse - stats[count + row] + z * lse * lse);
+    }
+    return MTF_OK;
+  }
+  rows r = rows_of(&st->in_shape[0], st->params.xent.dim);
+  const float *x = a->in[0];
+  const void *labels = a->in[st->phase == MTF_PHASE_STATS ? 2 : 1];
+  mtf_dtype label_type = st->in_dtype[st->phase == MTF_PHASE_STATS ? 2 : 1];
+  for (int64_t row = 0; row < r.count; row++) {
+    if (st->phase == MTF_PHASE_MAX) {
+      out[row] = row_max(x, &r, row);
+      continue;
+    }
+    float m = st->phase == MTF_PHASE_STATS ? ((const float *)a->in[1])[row] : row_max(x, &r, row);
+    double sum = row_sum_exp(x, &r, row, m);
+    int64_t local = mtf_cpu_index(labels, label_type, row) - st->dim_offset;
+    double target = local >= 0 && local < r.len ? x[row_base(&r, row) + local * r.inner] : 0.0;
+    if (st->phase == MTF_PHASE_STATS) {
+      out[row] = (float)sum;
+      out[r.count + row] = (float)target;
+    } else {
+      double lse = m + log(sum);
+      out[row] = (float)(lse - target + z * lse * lse);
+    }
+  }
+  return MTF_OK;
+}
+
+static int k_masked_fill(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  const mtf_shape *ops[2] = {&st->in_shape[0], &st->in_shape[1]};
+  mtf_walk w;
+  mtf_walk_init(&w, &st->out_shape, 2, ops);
+  int64_t sx = w.strides[0][w.rank - 1], sm = w.strides[1][w.rank - 1];
+  const float *x = a->in[0], *mask = a->in[1];
+  float fill = st->params.fill.value, *dst = a->out;
+  for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {
+    const float *xr = x + w.offset[0], *mr = mask + w.offset[1];
+    for (int64_t i = 0; i < w.inner; i++) dst[i] = mr[i * sm] != 0.0f ? xr[i * sx] : fill;
+  }
+  return MTF_OK;
+}
+
+/* Offset in `table` of element j of `rest` (table without the vocab dim, in table order). */
+static int64_t table_offset(const mtf_shape *table, int vocab_dim, int64_t j) {
+  int64_t offset = 0, stride = 1;
+  for (int d = table->rank - 1; d >= 0; d--) {
+    if (d != vocab_dim) {
+      int64_t size = table->dims[d].size;
+      offset += (j % size) * stride;
+      j /= size;
+    }
+    stride *= table->dims[d].size;
+  }
+  return offset;
+}
+
+/* gather: out[p, j] = table[id_p - offset, j]; scatter-add: table[id_p - offset, j] += rows[p, j]. */
+static int embedding(const mtf_step *st, const mtf_kernel_args *a, int scatter) {
+  const mtf_shape *table = scatter ? &st->out_shape : &st->in_shape[0];
+  const mtf_shape *ids_shape = &st->in_shape[1];
+  int v = mtf_shape_index_of(table, st->params.along.dim);
+  int64_t len = table->dims[v].size, vstride = 1;
+  for (int d = v + 1; d < table->rank; d++) vstride *= table->dims[d].size;
+  int64_t n_ids = mtf_shape_num_elements(ids_shape), n_rest = mtf_shape_num_elements(table) / (len ? len : 1);
+  int contiguous = v == 0; /* rows of the table are whole rows of the output */
+  float *out = a->out;
+  if (scatter) mtf_cpu_fill(0.0f, mtf_shape_num_elements(table), out);
+  for (int64_t p = 0; p < n_ids; p++) {
+    int64_t local = mtf_cpu_index(a->in[1], st->in_dtype[1], p) - st->dim_offset;
+    int inside = local >= 0 && local < len;
+    if (scatter) {
+      if (!inside) continue;
+      const float *src = (const float *)a->in[0] + p * n_rest;
+      float *row = out + local * vstride;
+      if (contiguous)
+        for (int64_t j = 0; j < n_rest; j++) row[j] += src[j];
+      else
+        for (int64_t j = 0; j < n_rest; j++) row[table_offset(table, v, j)] += src[j];
+      continue;
+    }
+    float *dst = out + p * n_rest;
+    if (!inside) {
+      mtf_cpu_fill(0.0f, n_rest, dst);
+      continue;
+    }
+    const float *row = (const float *)a->in[0] + local * vstride;
+    if (contiguous)
+      memcpy(dst, row, sizeof(float) * (size_t)n_rest);
+    else
+      for (int64_t j = 0; j < n_rest; j++) dst[j] = row[table_offset(table, v, j)];
+  }
+  return MTF_OK;
+}
+
+static int k_gather(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  return embedding(st, a, 0);
+}
+
+static int k_scatter_add(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  return embedding(st, a, 1);
+}
+
+void mtf_cpu_register_fused(mtf_kernel_fn *k) {
+  k[MTF_OP_SOFTMAX] = k_softmax;
+  k[MTF_OP_LOG_SOFTMAX] = k_softmax;
+  k[MTF_OP_LAYER_NORM] = k_norm;
+  k[MTF_OP_RMS_NORM] = k_norm;
+  k[MTF_OP_SOFTMAX_XENT] = k_xent;
+  k[MTF_OP_MASKED_FILL] = k_masked_fill;
+  k[MTF_OP_GATHER] = k_gather;
+  k[MTF_OP_SCATTER_ADD] = k_scatter_add;
+}

@@ -1,0 +1,50 @@
+/* What an op's lowering rule (its table entry's `lower`) may do: read the layout of its node and inputs,
+ * take materialized or partial input buffers, emit kernel steps and collectives. lower.c implements these;
+ * the op files under ops/ call them. Pure: no MPI. */
+#ifndef MTF_LOWER_LOWERING_H
+#define MTF_LOWER_LOWERING_H
+
+#include "lower/plan.h"
+
+typedef struct mtf_lowering mtf_lowering;
+
+const mtf_graph *mtf_lowering_graph(const mtf_lowering *lw);
+mtf_plan *mtf_lowering_plan(mtf_lowering *lw);
+/* This rank's slice shape of a node. */
+mtf_shape mtf_lowering_local_shape(const mtf_lowering *lw, int node);
+/* The mesh axis splitting dimension `dim` of node, or -1. */
+int mtf_lowering_split_axis(const mtf_lowering *lw, int node, const char *dim);
+/* Axes over which node's current buffer holds partial sums (0: a materialized value). */
+mtf_axis_set mtf_lowering_pending(const mtf_lowering *lw, int node);
+
+/* Sources: the node's value lives in variable or input storage. */
+int mtf_lower_source(mtf_lowering *lw, int node);
+/* The node's value is its first input's buffer (same bytes). */
+int mtf_lower_alias(mtf_lowering *lw, int node);
+/* One kernel step on local slices of materialized inputs; with keep_partial, inputs may stay partial sums
+ * and the output is partial over their (common) axes. */
+int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial);
+/* A reduction over the input dims the output lacks: a split summed dim leaves partial sums over its axis
+ * (returned in *reduced; inputs split along an axis that also splits the output are gathered first). */
+int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced);
+/* Sums or maxes node's buffer over `axes` in place now. */
+int mtf_lower_allreduce(mtf_lowering *lw, int node, mtf_axis_set axes, mtf_reduce_op op);
+/* Marks node's buffer as partial sums over `axes` (summed when a consumer needs the total). */
+void mtf_lower_set_pending(mtf_lowering *lw, int node, mtf_axis_set axes);
+/* Reshape / rename: gathers old splits, slices new ones. */
+int mtf_lower_reshape(mtf_lowering *lw, int node);
+
+/* For fused ops with phases: a kernel step of node's op in `phase` over explicit buffers. Input buffers
+ * (-1 terminated or n_in long) with their local shapes; a new arena buffer of out_shape is returned in
+ * *out. The step's offsets/params come from node. */
+int mtf_lower_phase(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
+                    const mtf_dtype *in_dtypes, const mtf_shape *out_shape, int *out);
+/* An allreduce over `axes` of an arbitrary buffer (a statistics buffer of a fused op). */
+int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
+                               mtf_reduce_op op);
+/* The materialized buffer of node's input k (allreduced first if it held partial sums). */
+int mtf_lower_input(mtf_lowering *lw, int node, int k, int *buffer, mtf_shape *local);
+/* Makes `buffer` node's value. */
+void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer);
+
+#endif

@@ -1,0 +1,275 @@
+/* Fused ops over one named dimension: softmax, log-softmax, layer norm, RMS norm and softmax
+ * cross-entropy against integer labels (with z-loss). When that dimension is unsplit each is one kernel;
+ * when it is split over a mesh axis, lowering runs them in phases: local statistics, an allreduce of
+ * those statistics (max, then sums), then the result. Gradients are built from other ops. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op_def.h"
+
+static mtf_op_params along(const char *dim) {
+  mtf_op_params p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.along.dim, sizeof p.along.dim, "%s", dim);
+  return p;
+}
+
+mtf_tensor mtf_softmax(mtf_graph *g, mtf_tensor x, const char *dim) {
+  mtf_op_params p = along(dim);
+  return mtf_graph_add_op(g, MTF_OP_SOFTMAX, 1, &x, &p, NULL);
+}
+
+mtf_tensor mtf_log_softmax(mtf_graph *g, mtf_tensor x, const char *dim) {
+  mtf_op_params p = along(dim);
+  return mtf_graph_add_op(g, MTF_OP_LOG_SOFTMAX, 1, &x, &p, NULL);
+}
+
+static mtf_tensor normalize(mtf_graph *g, mtf_op_kind kind, mtf_tensor x, const char *dim, float epsilon) {
+  mtf_op_params p = along(dim);
+  p.norm.epsilon = epsilon;
+  return mtf_graph_add_op(g, kind, 1, &x, &p, NULL);
+}
+
+mtf_tensor mtf_rms_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, float epsilon) {
+  mtf_tensor y = normalize(g, MTF_OP_RMS_NORM, x, dim, epsilon);
+  return scale == MTF_NO_TENSOR ? y : mtf_multiply(g, y, scale);
+}
+
+mtf_tensor mtf_layer_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tensor scale, mtf_tensor bias,
+                          float epsilon) {
+  mtf_tensor y = normalize(g, MTF_OP_LAYER_NORM, x, dim, epsilon);
+  if (scale != MTF_NO_TENSOR) y = mtf_multiply(g, y, scale);
+  if (bias != MTF_NO_TENSOR) y = mtf_add(g, y, bias);
+  return y;
+}
+
+mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, const char *vocab_dim,
+                                     float z_loss) {
+  mtf_op_params p = along(vocab_dim);
+  p.xent.z_loss = z_loss;
+  mtf_tensor in[2] = {logits, labels};
+  return mtf_graph_add_op(g, MTF_OP_SOFTMAX_XENT, 2, in, &p, NULL);
+}
+
+static int along_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_needs_dim(g, n, 0, n->params.along.dim, mtf_op(n->kind)->name)) return g->error.code;
+  n->shape = g->nodes[n->inputs[0]].shape;
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+static int xent_infer(mtf_graph *g, mtf_node *n) {
+  const char *dim = n->params.xent.dim;
+  if (!mtf_op_needs_dim(g, n, 0, dim, "softmax_cross_entropy")) return g->error.code;
+  mtf_error err;
+  mtf_shape rows;
+  mtf_shape_remove(&g->nodes[n->inputs[0]].shape, dim, &rows, &err);
+  const mtf_shape *labels = &g->nodes[n->inputs[1]].shape;
+  if (!mtf_shape_equal(labels, &rows)) {
+    char a[MTF_SHAPE_STR_MAX], b[MTF_SHAPE_STR_MAX];
+    mtf_graph_fail(g, MTF_ERR_INVALID, "softmax_cross_entropy: labels '%s' %s must have the logits' shape without '%s', %s",
+                   g->nodes[n->inputs[1]].name, mtf_shape_format(labels, a, sizeof a), dim,
+                   mtf_shape_format(&rows, b, sizeof b));
+    return g->error.code;
+  }
+  n->shape = rows;
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+/* ---- gradients ---- */
+static void softmax_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  const char *dim = n.params.along.dim;
+  mtf_tensor dot = mtf_reduce_sum_dim(g, mtf_multiply(g, dy, self), dim);
+  mtf_grad_accumulate(ctx, n.inputs[0], mtf_multiply(g, self, mtf_subtract(g, dy, dot)));
+}
+
+static void log_softmax_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  mtf_tensor total = mtf_reduce_sum_dim(g, dy, n.params.along.dim);
+  mtf_grad_accumulate(ctx, n.inputs[0], mtf_subtract(g, dy, mtf_multiply(g, mtf_exp(g, self), total)));
+}
+
+/* d/dx of y = c * r with r = rsqrt(mean(c^2) + eps): r * (dy - y * mean(dy * y)) [- mean of that for layer
+ * norm, where c = x - mean(x)]. */
+static void norm_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  const char *dim = n.params.norm.dim;
+  mtf_tensor x = n.inputs[0];
+  mtf_shape rows;
+  if (mtf_shape_remove(&g->nodes[x].shape, dim, &rows, NULL)) return;
+  int layer = n.kind == MTF_OP_LAYER_NORM;
+  mtf_tensor centred = layer ? mtf_subtract(g, x, mtf_reduce_mean(g, x, &rows)) : x;
+  mtf_tensor r = mtf_rsqrt(g, mtf_scalar_add(g, mtf_reduce_mean(g, mtf_square(g, centred), &rows), n.params.norm.epsilon));
+  mtf_tensor inner = mtf_subtract(g, dy, mtf_multiply(g, self, mtf_reduce_mean(g, mtf_multiply(g, dy, self), &rows)));
+  if (layer) inner = mtf_subtract(g, inner, mtf_reduce_mean(g, dy, &rows));
+  mtf_grad_accumulate(ctx, x, mtf_multiply(g, inner, r));
+}
+
+static void xent_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  if (!mtf_grad_wanted(ctx, &n, 0)) return;
+  mtf_tensor logits = n.inputs[0];
+  const char *dim = n.params.xent.dim;
+  int d = mtf_shape_index_of(&g->nodes[logits].shape, dim);
+  mtf_dim vocab = g->nodes[logits].shape.dims[d];
+  mtf_tensor p = mtf_softmax(g, logits, dim);
+  mtf_tensor scale = dy;
+  /* d (z * lse^2) = 2 z lse * softmax */
+  if (n.params.xent.z_loss != 0.0f)
+    scale = mtf_multiply(g, dy, mtf_scalar_add(g, mtf_scalar_multiply(g, mtf_logsumexp(g, logits, dim),
+                                                                      2.0f * n.params.xent.z_loss), 1.0f));
+  mtf_tensor grad = mtf_subtract(g, mtf_multiply(g, p, scale), mtf_multiply(g, mtf_one_hot(g, n.inputs[1], &vocab), dy));
+  mtf_grad_accumulate(ctx, logits, grad);
+}
+
+/* ---- lowering ---- */
+static mtf_shape without(const mtf_shape *s, const char *dim) {
+  mtf_shape out;
+  if (mtf_shape_remove(s, dim, &out, NULL)) out = *s;
+  return out;
+}
+
+/* A [2, rows] statistics buffer: two per-row sums in one allreduce. */
+static mtf_shape pair_of(const mtf_shape *rows) {
+  mtf_shape s;
+  memset(&s, 0, sizeof s);
+  mtf_shape_append(&s, "_stats", 2, NULL);
+  for (int i = 0; i < rows->rank; i++) mtf_shape_append(&s, rows->dims[i].name, rows->dims[i].size, NULL);
+  return s;
+}
+
+static int phased_lower(mtf_lowering *lw, int node) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  const char *dim = n->params.along.dim;
+  int axis = mtf_lowering_split_axis(lw, n->inputs[0], dim);
+  if (axis < 0) return mtf_lower_local(lw, node, 0);
+  mtf_axis_set group = 1u << axis;
+  int x, labels = -1, max = -1, stats;
+  mtf_shape xs, ls;
+  MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
+  if (n->kind == MTF_OP_SOFTMAX_XENT) MTF_CHECK(mtf_lower_input(lw, node, 1, &labels, &ls));
+  mtf_shape rows = without(&xs, dim), pair = pair_of(&rows);
+  mtf_dtype f32[3] = {MTF_F32, MTF_F32, MTF_F32};
+  int is_norm = n->kind == MTF_OP_LAYER_NORM || n->kind == MTF_OP_RMS_NORM;
+  if (!is_norm) {
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_MAX, 1, &x, &xs, f32, &rows, &max));
+    MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, max, &rows, group, MTF_REDUCE_MAX));
+  }
+  int stats_in[3] = {x, max, labels};
+  mtf_shape stats_shapes[3] = {xs, rows, rows};
+  mtf_dtype stats_types[3] = {MTF_F32, MTF_F32, mtf_lowering_graph(lw)->nodes[n->inputs[n->n_inputs - 1]].dtype};
+  int n_stats_in = is_norm ? 1 : n->kind == MTF_OP_SOFTMAX_XENT ? 3 : 2;
+  const mtf_shape *stats_shape = n->kind == MTF_OP_SOFTMAX || n->kind == MTF_OP_LOG_SOFTMAX ? &rows : &pair;
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, n_stats_in, stats_in, stats_shapes, stats_types, stats_shape,
+                            &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, stats_shape, group, MTF_REDUCE_SUM));
+  int out;
+  mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
+  if (n->kind == MTF_OP_SOFTMAX_XENT) {
+    int apply_in[2] = {max, stats};
+    mtf_shape apply_shapes[2] = {rows, pair};
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, f32, &out_shape, &out));
+  } else if (is_norm) {
+    int apply_in[2] = {x, stats};
+    mtf_shape apply_shapes[2] = {xs, pair};
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, f32, &out_shape, &out));
+  } else {
+    int apply_in[3] = {x, max, stats};
+    mtf_shape apply_shapes[3] = {xs, rows, rows};
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 3, apply_in, apply_shapes, f32, &out_shape, &out));
+  }
+  mtf_lower_set_value(lw, node, out);
+  return MTF_OK;
+}
+
+static int64_t fused_flops(const mtf_step *s) { return 5 * mtf_shape_num_elements(&s->in_shape[0]); }
+
+/* ---- references (double precision, whole tensors) ---- */
+typedef struct rows_walk {
+  mtf_shape rows;
+  int64_t size, stride; /* of the dim in the full tensor */
+  int64_t index[MTF_MAX_RANK];
+} rows_walk;
+
+static void rows_init(rows_walk *w, const mtf_shape *full, const char *dim) {
+  memset(w, 0, sizeof *w);
+  w->rows = without(full, dim);
+  int d = mtf_shape_index_of(full, dim);
+  w->size = full->dims[d].size;
+  w->stride = 1;
+  for (int i = d + 1; i < full->rank; i++) w->stride *= full->dims[i].size;
+}
+
+/* Offset in `full` of the row's element 0 along the dim (the dim's index 0). */
+static int64_t row_base(const rows_walk *w, const mtf_shape *full) { return mtf_ref_offset(&w->rows, w->index, full); }
+
+static void softmax_reference(const mtf_ref_args *a) {
+  const mtf_shape *s = a->in_shape[0];
+  rows_walk w;
+  rows_init(&w, s, a->n->params.along.dim);
+  do {
+    int64_t base = row_base(&w, s);
+    double max = -INFINITY, sum = 0;
+    for (int64_t j = 0; j < w.size; j++) max = fmax(max, a->in[0][base + j * w.stride]);
+    for (int64_t j = 0; j < w.size; j++) sum += exp(a->in[0][base + j * w.stride] - max);
+    for (int64_t j = 0; j < w.size; j++) {
+      double x = a->in[0][base + j * w.stride];
+      a->out[base + j * w.stride] = a->n->kind == MTF_OP_SOFTMAX ? exp(x - max) / sum : x - max - log(sum);
+    }
+  } while (mtf_ref_next(&w.rows, w.index));
+}
+
+static void norm_reference(const mtf_ref_args *a) {
+  const mtf_shape *s = a->in_shape[0];
+  rows_walk w;
+  rows_init(&w, s, a->n->params.norm.dim);
+  int layer = a->n->kind == MTF_OP_LAYER_NORM;
+  do {
+    int64_t base = row_base(&w, s);
+    double mean = 0, var = 0;
+    if (layer) {
+      for (int64_t j = 0; j < w.size; j++) mean += a->in[0][base + j * w.stride];
+      mean /= (double)w.size;
+    }
+    for (int64_t j = 0; j < w.size; j++) {
+      double c = a->in[0][base + j * w.stride] - mean;
+      var += c * c;
+    }
+    double r = 1.0 / sqrt(var / (double)w.size + a->n->params.norm.epsilon);
+    for (int64_t j = 0; j < w.size; j++) a->out[base + j * w.stride] = (a->in[0][base + j * w.stride] - mean) * r;
+  } while (mtf_ref_next(&w.rows, w.index));
+}
+
+static void xent_reference(const mtf_ref_args *a) {
+  const mtf_shape *s = a->in_shape[0];
+  rows_walk w;
+  rows_init(&w, s, a->n->params.xent.dim);
+  do {
+    int64_t base = row_base(&w, s), row = mtf_ref_offset(&w.rows, w.index, &w.rows);
+    double max = -INFINITY, sum = 0, target = 0;
+    long long label = llround(a->in[1][row]);
+    for (int64_t j = 0; j < w.size; j++) max = fmax(max, a->in[0][base + j * w.stride]);
+    for (int64_t j = 0; j < w.size; j++) sum += exp(a->in[0][base + j * w.stride] - max);
+    if (label >= 0 && label < w.size) target = a->in[0][base + label * w.stride];
+    double lse = max + log(sum);
+    a->out[row] = lse - target + a->n->params.xent.z_loss * lse * lse;
+  } while (mtf_ref_next(&w.rows, w.index));
+}
+
+const mtf_op_def mtf_op_softmax = {"softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
+                                   fused_flops, NULL, softmax_reference};
+const mtf_op_def mtf_op_log_softmax = {"log_softmax", MTF_DIM_IN_INPUT, along_infer, log_softmax_gradient, phased_lower,
+                                       fused_flops, NULL, softmax_reference};
+const mtf_op_def mtf_op_layer_norm = {"layer_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
+                                      fused_flops, NULL, norm_reference};
+const mtf_op_def mtf_op_rms_norm = {"rms_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
+                                    fused_flops, NULL, norm_reference};
+const mtf_op_def mtf_op_softmax_xent = {"softmax_cross_entropy", MTF_DIM_IN_INPUT, xent_infer, xent_gradient,
+                                        phased_lower, fused_flops, NULL, xent_reference};

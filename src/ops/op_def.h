@@ -1,0 +1,76 @@
+/* The op table: everything the engine knows about an op kind is in its one entry here. Adding an op is
+ * one entry (in one of the files of this folder) plus one kernel per backend (exec/<backend>/).
+ *
+ *   infer      validates the inputs and parameters; sets the node's shape (where the builder did not state
+ *              it) and dtype. Runs when the node is added.
+ *   gradient   adds d loss / d input for each input that needs it, built from other ops (so the backward
+ *              pass lowers and communicates by the same rules).
+ *   lower      the lowering rule: which kernel steps and collectives the node's layout implies.
+ *   flops      floating-point operations of one kernel step (the plan's FLOP count, MFU).
+ *   scratch    elements of arena scratch one kernel step needs (0 when NULL).
+ *   reference  the double-precision value on whole tensors, for tests and the conformance test. */
+#ifndef MTF_OPS_OP_DEF_H
+#define MTF_OPS_OP_DEF_H
+
+#include "graph/graph.h"
+#include "lower/lowering.h"
+
+typedef struct mtf_grad_ctx {
+  mtf_graph *g;
+  int *grad;           /* per node: accumulated gradient tensor or MTF_NO_TENSOR */
+  const char *depends; /* per node: depends on a tensor we differentiate with respect to */
+} mtf_grad_ctx;
+
+/* Adds `contribution` (summed down to the target's shape) to the gradient of `target`. */
+void mtf_grad_accumulate(mtf_grad_ctx *ctx, int target, mtf_tensor contribution);
+/* Whether input k of node needs a gradient. */
+int mtf_grad_wanted(const mtf_grad_ctx *ctx, const mtf_node *node, int k);
+
+typedef struct mtf_ref_args {
+  const mtf_graph *g;
+  int node;
+  const mtf_node *n;
+  const double *in[MTF_MAX_OP_INPUTS];
+  const mtf_shape *in_shape[MTF_MAX_OP_INPUTS];
+  double *out;
+  const double *given; /* inputs: the value supplied; variables: an override, or NULL for the initial value */
+} mtf_ref_args;
+
+/* Where the dimension named by params.along.dim lives: its local offset reaches the kernel as
+ * step.dim_offset (a split vocabulary: each rank knows which ids are its own). */
+typedef enum mtf_named_dim { MTF_DIM_NONE, MTF_DIM_IN_INPUT, MTF_DIM_IN_OUTPUT } mtf_named_dim;
+
+typedef struct mtf_op_def {
+  const char *name;
+  mtf_named_dim named_dim;
+  int (*infer)(mtf_graph *g, mtf_node *n);
+  void (*gradient)(mtf_grad_ctx *ctx, int node, mtf_tensor dy);
+  int (*lower)(mtf_lowering *lw, int node);
+  int64_t (*flops)(const mtf_step *s);
+  int64_t (*scratch)(const mtf_step *s);
+  void (*reference)(const mtf_ref_args *a);
+} mtf_op_def;
+
+/* The entry of an op kind (kind < MTF_OP_COUNT). */
+const mtf_op_def *mtf_op(mtf_op_kind kind);
+
+/* The table's parts, one per file of ops/. */
+extern const mtf_op_def mtf_op_input, mtf_op_variable, mtf_op_constant, mtf_op_range, mtf_op_einsum,
+    mtf_op_broadcast, mtf_op_reduce_max, mtf_op_binary, mtf_op_unary, mtf_op_one_hot, mtf_op_random_keep,
+    mtf_op_reshape, mtf_op_stop_gradient, mtf_op_softmax, mtf_op_log_softmax, mtf_op_layer_norm, mtf_op_rms_norm,
+    mtf_op_softmax_xent, mtf_op_masked_fill, mtf_op_gather, mtf_op_scatter_add;
+
+/* ---- helpers shared by the op files ---- */
+/* Checks every dim of `part` is in `whole` with the same size. */
+int mtf_op_dims_within(mtf_graph *g, const mtf_shape *part, const mtf_shape *whole, const char *op, const char *what);
+/* Union of two shapes by name (a's dims, then b's new ones); sizes must agree. */
+int mtf_op_union_shape(mtf_graph *g, const mtf_shape *a, const mtf_shape *b, mtf_shape *out, const char *op);
+/* Fails unless input k of n is an index tensor (int32, or float holding integers). */
+int mtf_op_needs_dim(mtf_graph *g, const mtf_node *n, int k, const char *dim, const char *op);
+int64_t mtf_op_flops_elements(const mtf_step *s);
+
+/* Reference helpers: multi-index walks with dims matched by name. */
+int64_t mtf_ref_offset(const mtf_shape *walked, const int64_t *index, const mtf_shape *t);
+int mtf_ref_next(const mtf_shape *s, int64_t *index);
+
+#endif

@@ -1,0 +1,346 @@
+#define _POSIX_C_SOURCE 200809L
+/* The backend conformance test (in the manner of ggml's test-backend-ops): every op of the op table,
+ * forward and gradient, on every registered backend, against the double-precision reference and against
+ * finite differences of it, over shapes with odd sizes, size-1 dims and operand orders, replicated and
+ * with each even dimension split over the mesh (so fused ops also run their split phases).
+ *
+ *   mpiexec -n 2 test_backend_conformance [--backend KIND] [--break OP]
+ *
+ * --break OP makes OP's kernel deliberately wrong (its first output element is shifted): the test must
+ * then fail, which a CTest checks (the test of the test). Exit 0 when every check passes. */
+#include <math.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "comm/mpi_comm.h"
+#include "exec/backend.h"
+#include "ops/reference.h"
+
+#define MAX_VARS 3
+#define MAX_INPUTS 2
+
+typedef struct op_case {
+  const char *name;
+  const char *var_shapes[MAX_VARS];
+  mtf_tensor (*build)(mtf_graph *g, const mtf_tensor *v, mtf_tensor *inputs, int *n_inputs);
+} op_case;
+
+static mtf_shape S(const char *text) {
+  mtf_shape s;
+  mtf_shape_parse(text, "test", &s, NULL);
+  return s;
+}
+
+static mtf_dim D(const char *name, int64_t size) { return mtf_dim_make(name, size); }
+static mtf_tensor positive(mtf_graph *g, mtf_tensor x) { return mtf_scalar_add(g, mtf_square(g, x), 0.5f); }
+#define ARGS mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in
+#define UNUSED_INPUTS (void)in, (void)n_in
+
+static mtf_tensor c_matmul(ARGS) { UNUSED_INPUTS; mtf_shape o = S("a:3,b:5"); return mtf_einsum2(g, v[0], v[1], &o); }
+static mtf_tensor c_matmul_transposed(ARGS) { UNUSED_INPUTS; mtf_shape o = S("b:5,a:3"); return mtf_einsum2(g, v[0], v[1], &o); }
+static mtf_tensor c_batch_matmul(ARGS) { UNUSED_INPUTS; mtf_shape o = S("a:3,e:2,b:5"); return mtf_einsum2(g, v[0], v[1], &o); }
+static mtf_tensor c_lonely(ARGS) { UNUSED_INPUTS; mtf_shape o = S("b:5"); return mtf_einsum2(g, v[0], v[1], &o); }
+static mtf_tensor c_transpose(ARGS) { UNUSED_INPUTS; mtf_shape o = S("d:4,c:1,a:3"); return mtf_einsum(g, 1, v, &o); }
+static mtf_tensor c_reduce_middle(ARGS) { UNUSED_INPUTS; return mtf_reduce_sum_dim(g, v[0], "d"); }
+static mtf_tensor c_binary(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor s = mtf_add(g, mtf_subtract(g, v[0], v[1]), mtf_multiply(g, v[1], v[0]));
+  return mtf_add(g, s, mtf_divide(g, v[0], positive(g, v[1])));
+}
+static mtf_tensor c_binary_swapped(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor s = mtf_add(g, mtf_subtract(g, v[1], v[0]), mtf_multiply(g, v[0], v[1]));
+  return mtf_add(g, s, mtf_divide(g, v[1], positive(g, v[0])));
+}
+static mtf_tensor c_compare(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_multiply(g, v[0], mtf_add(g, mtf_equal(g, v[0], mtf_reduce_max_dim(g, v[0], "d")), mtf_less_equal(g, v[1], v[0])));
+}
+static mtf_tensor c_unary(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor x = v[0], p = positive(g, x), t = mtf_add(g, mtf_exp(g, x), mtf_log(g, p));
+  t = mtf_add(g, t, mtf_add(g, mtf_rsqrt(g, p), mtf_sqrt(g, p)));
+  t = mtf_add(g, t, mtf_add(g, mtf_tanh(g, x), mtf_sigmoid(g, x)));
+  t = mtf_add(g, t, mtf_add(g, mtf_relu(g, x), mtf_gelu(g, x)));
+  return mtf_scalar_add(g, mtf_scalar_multiply(g, t, -0.75f), 0.125f);
+}
+static mtf_tensor c_reduce_max(ARGS) { UNUSED_INPUTS; return mtf_reduce_max_dim(g, v[0], "d"); }
+static mtf_tensor c_broadcast(ARGS) { UNUSED_INPUTS; mtf_shape o = S("a:3,c:1,d:4"); return mtf_broadcast(g, v[0], &o); }
+static mtf_tensor c_sources(ARGS) {
+  UNUSED_INPUTS;
+  mtf_dim d = D("d", 4), vocab = D("v", 6);
+  mtf_shape s = S("d:4");
+  mtf_tensor ids = mtf_scalar_add(g, mtf_range(g, &d), 1.0f);
+  mtf_tensor oh = mtf_one_hot(g, ids, &vocab);
+  return mtf_multiply(g, mtf_multiply(g, oh, v[0]), mtf_constant(g, &s, 2.5f));
+}
+static mtf_tensor c_dropout(ARGS) { UNUSED_INPUTS; return mtf_dropout(g, v[0], 0.4f, 7); }
+static mtf_tensor c_reshape(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape s = S("e:2,f:6");
+  return mtf_square(g, mtf_rename(g, mtf_reshape(g, v[0], &s), "e", "z"));
+}
+static mtf_tensor c_stop(ARGS) { UNUSED_INPUTS; return mtf_add(g, mtf_stop_gradient(g, mtf_square(g, v[0])), v[0]); }
+static mtf_tensor c_softmax_last(ARGS) { UNUSED_INPUTS; return mtf_softmax(g, v[0], "d"); }
+static mtf_tensor c_softmax_first(ARGS) { UNUSED_INPUTS; return mtf_softmax(g, v[0], "d"); }
+static mtf_tensor c_log_softmax(ARGS) { UNUSED_INPUTS; return mtf_log_softmax(g, v[0], "d"); }
+static mtf_tensor c_layer_norm(ARGS) { UNUSED_INPUTS; return mtf_layer_norm(g, v[0], "d", v[1], v[2], 1e-5f); }
+static mtf_tensor c_rms_norm(ARGS) { UNUSED_INPUTS; return mtf_rms_norm(g, v[0], "d", v[1], 1e-5f); }
+static mtf_tensor c_causal(ARGS) { UNUSED_INPUTS; return mtf_softmax(g, mtf_causal_mask(g, v[0], "q", "m"), "m"); }
+static mtf_tensor c_masked_fill(ARGS) {
+  UNUSED_INPUTS;
+  mtf_dim d = D("d", 4), a = D("a", 3);
+  mtf_tensor mask = mtf_less_equal(g, mtf_range(g, &d), mtf_scalar_add(g, mtf_range(g, &a), 0.5f));
+  return mtf_masked_fill(g, v[0], mask, 3.0f);
+}
+static mtf_tensor labels_input(mtf_graph *g, mtf_tensor *in, int *n_in, const char *shape) {
+  mtf_shape s = S(shape);
+  in[*n_in] = mtf_input_int(g, "labels", &s);
+  return in[(*n_in)++];
+}
+static mtf_tensor c_xent(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), "v", 1e-2f); }
+static mtf_tensor c_xent_vocab_first(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3"), "v", 0.0f); }
+static mtf_tensor c_gather(ARGS) { return mtf_gather(g, v[0], labels_input(g, in, n_in, "a:3,e:2"), "v"); }
+static mtf_tensor c_gather_vocab_last(ARGS) { return mtf_gather(g, v[0], labels_input(g, in, n_in, "b:5"), "v"); }
+
+static const op_case cases[] = {
+    {"einsum matmul", {"a:3,d:4", "d:4,b:5"}, c_matmul},
+    {"einsum transposed operands", {"d:4,a:3", "b:5,d:4"}, c_matmul_transposed},
+    {"einsum batch, odd order", {"e:2,a:3,d:4", "d:4,e:2,b:5"}, c_batch_matmul},
+    {"einsum lonely and size-1 dims", {"a:3,c:1,d:4", "d:4,b:5"}, c_lonely},
+    {"einsum one operand (transpose)", {"a:3,c:1,d:4"}, c_transpose},
+    {"reduce_sum middle dim", {"a:3,d:4,b:5"}, c_reduce_middle},
+    {"binary ops, broadcast b", {"a:3,d:4", "d:4"}, c_binary},
+    {"binary ops, broadcast a", {"a:3,d:4", "d:4"}, c_binary_swapped},
+    {"equal / less_equal", {"a:3,d:4", "a:3"}, c_compare},
+    {"unary functions", {"a:3,c:1,d:4"}, c_unary},
+    {"reduce_max", {"a:3,d:4"}, c_reduce_max},
+    {"broadcast", {"d:4"}, c_broadcast},
+    {"constant, range, one_hot", {"d:4,v:6"}, c_sources},
+    {"random keep (dropout)", {"a:3,d:4"}, c_dropout},
+    {"reshape and rename", {"a:3,d:4"}, c_reshape},
+    {"stop_gradient", {"a:3,d:4"}, c_stop},
+    {"softmax, dim last", {"a:3,c:1,d:4"}, c_softmax_last},
+    {"softmax, dim first", {"d:4,a:3"}, c_softmax_first},
+    {"log_softmax, dim middle", {"a:3,d:4,b:5"}, c_log_softmax},
+    {"layer_norm", {"a:3,d:4", "d:4", "d:4"}, c_layer_norm},
+    {"rms_norm, dim first", {"d:4,a:3", "d:4"}, c_rms_norm},
+    {"causal mask + softmax", {"q:4,m:4,e:2"}, c_causal},
+    {"masked_fill", {"a:3,d:4"}, c_masked_fill},
+    {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
+    {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},
+    {"gather / scatter_add", {"v:6,d:4"}, c_gather},
+    {"gather, vocab last", {"d:4,v:6"}, c_gather_vocab_last},
+};
+
+static int world_rank;
+static const char *broken_op;
+static mtf_kernel_fn real_kernel;
+
+/* The deliberately wrong kernel of --break: the real one, then its first output element shifted. */
+static int broken_kernel(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  int rc = real_kernel(b, st, a);
+  float first;
+  b->mem->download(b, &first, a->out, sizeof first);
+  first += 0.5f;
+  b->mem->upload(b, a->out, &first, sizeof first);
+  return rc;
+}
+
+static double max_abs(const double *x, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+/* Integer labels/ids in range, a pure function of the element index. */
+static void fill_ids(int32_t *ids, double *as_double, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; i++) {
+    ids[i] = (int32_t)((i * 5 + 2) % vocab);
+    as_double[i] = ids[i];
+  }
+}
+
+/* Autodiff of the reference against central differences (all in double). */
+static double finite_difference_error(mtf_graph *g, const mtf_tensor *vars, int n_vars, const mtf_tensor *grads,
+                                      mtf_tensor loss, double **inputs, double **ref) {
+  double worst = 0;
+  for (int v = 0; v < n_vars; v++) {
+    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, vars[v]));
+    double *x = malloc(sizeof(double) * (size_t)n);
+    memcpy(x, ref[vars[v]], sizeof(double) * (size_t)n);
+    double **overrides = calloc((size_t)g->n_nodes, sizeof(double *));
+    overrides[vars[v]] = x;
+    const double h = 1e-6;
+    for (int64_t e = 0; e < n; e++) {
+      double keep = x[e];
+      x[e] = keep + h;
+      double **plus = mtf_reference_evaluate(g, inputs, overrides);
+      x[e] = keep - h;
+      double **minus = mtf_reference_evaluate(g, inputs, overrides);
+      x[e] = keep;
+      double fd = (plus[loss][0] - minus[loss][0]) / (2 * h), ad = ref[grads[v]][e];
+      worst = fmax(worst, fabs(fd - ad) / fmax(1.0, fabs(ad)));
+      mtf_reference_free(g, plus);
+      mtf_reference_free(g, minus);
+    }
+    free(x);
+    free(overrides);
+  }
+  return worst;
+}
+
+/* The engine on `backend` under `layout` against the reference: max error relative to each tensor's scale. */
+static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, const char *layout_text, int n_fetches,
+                           const mtf_tensor *fetches, const mtf_tensor *inputs, int n_inputs, int32_t **input_ids,
+                           double **ref, int *ok) {
+  mtf_layout_rules rules;
+  mtf_error err;
+  mtf_layout_rules_parse(layout_text, &rules, &err);
+  mtf_plan *plan = NULL;
+  mtf_session *session = NULL;
+  mtf_session_options options = {.backend = backend};
+  double worst = 0;
+  *ok = mtf_plan_create(g, &comm->mesh, &rules, comm->rank, n_fetches, fetches, &plan, &err) == MTF_OK &&
+        mtf_session_create(plan, comm, &options, &session, &err) == MTF_OK;
+  if (*ok && broken_op) {
+    mtf_backend *b = mtf_session_backend_instance(session);
+    for (int k = 0; k < MTF_OP_COUNT; k++)
+      if (strcmp(mtf_op((mtf_op_kind)k)->name, broken_op) == 0 && b->kernels[k] != broken_kernel) {
+        real_kernel = b->kernels[k];
+        b->kernels[k] = broken_kernel;
+      }
+  }
+  for (int i = 0; *ok && i < n_inputs; i++) *ok = mtf_session_set_input_int(session, inputs[i], input_ids[i], &err) == MTF_OK;
+  if (*ok) *ok = mtf_session_run(session, &err) == MTF_OK;
+  if (!*ok) fprintf(stderr, "engine (%s, layout '%s'): %s\n", backend, layout_text, err.msg);
+  for (int f = 0; *ok && f < n_fetches; f++) {
+    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, fetches[f]));
+    float *got = malloc(sizeof(float) * (size_t)n + 1);
+    *ok = mtf_session_fetch(session, fetches[f], got, &err) == MTF_OK;
+    double scale = fmax(1.0, max_abs(ref[fetches[f]], n));
+    for (int64_t i = 0; *ok && i < n; i++) worst = fmax(worst, fabs((double)got[i] - ref[fetches[f]][i]) / scale);
+    if (*ok && isnan(worst)) worst = INFINITY;
+    free(got);
+  }
+  mtf_session_destroy(session);
+  mtf_plan_destroy(plan);
+  return worst;
+}
+
+static unsigned covered[MTF_OP_COUNT];
+
+static void run_case(const op_case *c, const char *backend, mtf_comm *comm) {
+  mtf_graph *g = mtf_graph_create(1234);
+  mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
+  int n_vars = 0, n_inputs = 0;
+  for (int i = 0; i < MAX_VARS && c->var_shapes[i]; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    mtf_shape s = S(c->var_shapes[i]);
+    vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
+  }
+  mtf_tensor y = c->build(g, vars, inputs, &n_inputs);
+  mtf_error err;
+  if (mtf_graph_status(g, &err)) {
+    fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
+    CHECK(0);
+    mtf_graph_destroy(g);
+    return;
+  }
+  mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
+  mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
+  mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
+  CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
+  for (int i = 0; i < g->n_nodes; i++) covered[g->nodes[i].kind]++;
+
+  int32_t *ids[MAX_INPUTS];
+  double *ids_double[MAX_INPUTS];
+  for (int i = 0; i < n_inputs; i++) {
+    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, inputs[i]));
+    ids[i] = malloc(sizeof(int32_t) * (size_t)n);
+    ids_double[i] = malloc(sizeof(double) * (size_t)n);
+    fill_ids(ids[i], ids_double[i], n, 6);
+  }
+  double **ref = mtf_reference_evaluate(g, ids_double, NULL);
+  double worst_fd = finite_difference_error(g, vars, n_vars, grads, loss, ids_double, ref);
+  if (c->build == c_stop) worst_fd = 0; /* finite differences see through stop_gradient; the engine check covers it */
+
+  mtf_tensor fetches[1 + MAX_VARS] = {y};
+  for (int v = 0; v < n_vars; v++) fetches[1 + v] = grads[v];
+  /* Replicated, then each dimension of the case that the mesh axis divides split over it. */
+  char layouts[16][64] = {""};
+  int n_layouts = 1;
+  for (int v = 0; v < n_vars; v++) {
+    const mtf_shape *s = mtf_tensor_shape(g, vars[v]);
+    for (int d = 0; d < s->rank; d++) {
+      if (s->dims[d].size % comm->mesh.dims[0].size) continue;
+      char rule[64];
+      snprintf(rule, sizeof rule, "%s:%s", s->dims[d].name, comm->mesh.dims[0].name);
+      int seen = 0;
+      for (int l = 0; l < n_layouts; l++) seen |= strcmp(layouts[l], rule) == 0;
+      if (!seen && n_layouts < 16) snprintf(layouts[n_layouts++], sizeof layouts[0], "%s", rule);
+    }
+  }
+  double worst_engine = 0;
+  int ok = 1;
+  for (int l = 0; l < n_layouts && ok; l++) {
+    double e = engine_error(g, backend, comm, layouts[l], 1 + n_vars, fetches, inputs, n_inputs, ids, ref, &ok);
+    if (e > 2e-5 && world_rank == 0) fprintf(stderr, "  %s: layout '%s' engine error %.2e\n", c->name, layouts[l], e);
+    worst_engine = fmax(worst_engine, e);
+  }
+  CHECK(ok);
+  int pass = ok && worst_fd <= 1e-6 && worst_engine <= 2e-5;
+  if (world_rank == 0)
+    fprintf(pass ? stdout : stderr, "%s %-8s %-36s %2d layouts, finite-difference error %.2e, engine error %.2e\n",
+            pass ? "ok  " : "FAIL", backend, c->name, n_layouts, worst_fd, worst_engine);
+  CHECK(worst_fd <= 1e-6);
+  CHECK(worst_engine <= 2e-5);
+  for (int i = 0; i < n_inputs; i++) {
+    free(ids[i]);
+    free(ids_double[i]);
+  }
+  mtf_reference_free(g, ref);
+  mtf_graph_destroy(g);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int world_size;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const char *only_backend = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--backend") == 0) only_backend = argv[i + 1];
+    else if (strcmp(argv[i], "--break") == 0) broken_op = argv[i + 1];
+  }
+  if (broken_op && world_rank == 0) printf("deliberately broken kernel: %s\n", broken_op);
+  char mesh_text[32];
+  snprintf(mesh_text, sizeof mesh_text, "m:%d", world_size);
+  mtf_shape mesh;
+  mtf_comm *comm;
+  mtf_error err;
+  if (mtf_mesh_parse(mesh_text, &mesh, &err) || mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 2;
+  }
+  /* Every registered backend ("cpu, cuda, ..."), or the one asked for. */
+  char kinds[128];
+  snprintf(kinds, sizeof kinds, "%s", only_backend ? only_backend : mtf_backend_kinds());
+  for (char *save = NULL, *kind = strtok_r(kinds, ", ", &save); kind; kind = strtok_r(NULL, ", ", &save))
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], kind, comm);
+  /* Every op of the table was exercised. */
+  for (int k = 0; k < MTF_OP_COUNT; k++) {
+    if (!covered[k] && world_rank == 0) fprintf(stderr, "FAIL no conformance case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);
+    CHECK(covered[k] > 0);
+  }
+  mtf_comm_destroy(comm);
+  int local_failed = check_failed, any_failed = 0;
+  MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  if (world_rank != 0) return any_failed ? 1 : 0;
+  int rc = check_summary();
+  return rc ? rc : (any_failed ? 1 : 0);
+}
