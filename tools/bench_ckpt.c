@@ -3,27 +3,26 @@
  * usage: mpiexec -n N bench_ckpt CONFIG DIR REPEAT [key.path=value]...
  * MB/s counts the logical bytes of all datasets (each saved once, whatever the replication) over the
  * slowest rank's wall time from file create/open to close, rename and fsync included. */
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "ckpt/checkpoint.h"
-#include "comm/mpi_comm.h"
 #include "run/program.h"
+#include "run/setup.h"
 
+/* "mtf: rank k: bench_ckpt: what: message", and the whole job ends. */
 static int fail(const char *what, const mtf_error *err) {
-  fprintf(stderr, "bench_ckpt: %s: %s\n", what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  return 1;
+  char text[64];
+  snprintf(text, sizeof text, "bench_ckpt: %s", what);
+  mtf_world_abort(1, text, err);
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mtf_world_init(&argc, &argv);
+  int rank = mtf_world_rank();
   if (argc < 4) {
     if (rank == 0) fprintf(stderr, "usage: mpiexec -n N bench_ckpt CONFIG DIR REPEAT [key.path=value]...\n");
-    MPI_Finalize();
+    mtf_world_finalize();
     return 2;
   }
   mtf_config *cfg = calloc(1, sizeof *cfg);
@@ -36,9 +35,10 @@ int main(int argc, char **argv) {
   mtf_comm *comm;
   mtf_program program;
   mtf_session *session;
-  if (mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, &err)) return fail("mesh", &err);
+  if (mtf_comm_world_create(&cfg->mesh_shape, &comm, &err)) return fail("mesh", &err);
   if (mtf_program_build(cfg, comm->rank, &program, &err)) return fail("program", &err);
-  if (mtf_session_create(program.train_plan, comm, NULL, &session, &err)) return fail("session", &err);
+  mtf_session_options options = mtf_run_session_options(cfg);
+  if (mtf_session_create(program.train_plan, comm, &options, &session, &err)) return fail("session", &err);
   mtf_ckpt_model model = {program.graph, program.train_plan, session, comm, program.train_model.params,
                           program.train_model.n_params};
   mtf_ckpt_state state = {.step = 1, .rng_seed = (uint64_t)cfg->train.seed, .rng_offset = 1};
@@ -71,6 +71,6 @@ int main(int argc, char **argv) {
   mtf_program_free(&program);
   mtf_comm_destroy(comm);
   free(cfg);
-  MPI_Finalize();
+  mtf_world_finalize();
   return 0;
 }

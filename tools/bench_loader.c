@@ -12,17 +12,11 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/shard.h"
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void die(const mtf_error *err) {
   fprintf(stderr, "bench_loader: error: %s\n", err->msg);
@@ -36,7 +30,7 @@ static double sequential_read(const char *data, int64_t *tokens_out) {
   enum { CHUNK = 1 << 20 };
   int32_t *buf = malloc(sizeof(int32_t) * CHUNK);
   int64_t tokens = 0, checksum = 0;
-  double start = now_seconds();
+  double start = mtf_now_seconds();
   for (int i = 0; i < dataset.count; i++) {
     mtf_shard shard;
     if (mtf_shard_open(dataset.paths[i], &shard, &err)) die(&err);
@@ -48,7 +42,7 @@ static double sequential_read(const char *data, int64_t *tokens_out) {
     }
     mtf_shard_close(&shard);
   }
-  double seconds = now_seconds() - start;
+  double seconds = mtf_now_seconds() - start;
   free(buf);
   mtf_dataset_close(&dataset);
   if (checksum < 0) printf("impossible\n"); /* keeps the reads from being optimised away */
@@ -57,8 +51,8 @@ static double sequential_read(const char *data, int64_t *tokens_out) {
 }
 
 static void spin(double seconds) {
-  double end = now_seconds() + seconds;
-  while (now_seconds() < end) {
+  double end = mtf_now_seconds() + seconds;
+  while (mtf_now_seconds() < end) {
   }
 }
 
@@ -74,12 +68,12 @@ static double run_loader(const char *data, int64_t batch, int64_t length, int st
   mtf_loader *loader;
   if (mtf_loader_open(&opts, &mesh, &rules, 0, &loader, &err)) die(&err);
   int32_t *tokens = malloc(sizeof(int32_t) * (size_t)(batch * (length + 1)));
-  double start = now_seconds();
+  double start = mtf_now_seconds();
   for (int s = 0; s < steps; s++) {
     if (mtf_loader_next(loader, tokens, &err)) die(&err);
     if (compute_seconds > 0) spin(compute_seconds);
   }
-  double seconds = now_seconds() - start, read;
+  double seconds = mtf_now_seconds() - start, read;
   mtf_loader_times(loader, wait, &read);
   free(tokens);
   mtf_loader_close(loader);

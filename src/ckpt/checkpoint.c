@@ -3,25 +3,37 @@
 #include "ckpt/checkpoint.h"
 
 #include <hdf5.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_attr.h"
-#include "graph/graph.h"
-#include "lower/plan.h" /* the plan's mesh */
 #include "comm/agree.h"
+#include "comm/mpi_comm.h" /* the communicator parallel HDF5 opens files on */
+#include "comm/world.h"
+#include "core/clock.h"
 #include "io/shard.h"
 
-static _Noreturn void abort_job(int rank, const char *what, const char *path) {
-  fprintf(stderr,
-          "mtf: rank %d: writing checkpoint '%s' failed inside a collective HDF5 call (%s); the job stops here. "
-          "The previous checkpoint is intact; check free space and permissions of the run directory\n",
-          rank, path, what);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  exit(1);
+static _Noreturn void abort_job(const char *what, const char *path) {
+  mtf_error err;
+  mtf_error_set(&err, MTF_ERR_IO, "writing checkpoint '%s' failed inside a collective HDF5 call (%s); the job stops "
+                "here. The previous checkpoint is intact; check free space and permissions of the run directory",
+                path, what);
+  mtf_world_abort(1, NULL, &err);
+}
+
+/* The slowest rank's time (every rank of the job takes part). */
+static double slowest(double seconds) { return mtf_world_max(seconds); }
+
+/* Elements of the largest slice of a variable this rank holds: the size of the host staging buffer that
+ * every variable passes through on its way between the session and the file. */
+static int64_t max_slice_elements(const mtf_ckpt_model *m) {
+  int64_t most = 1;
+  for (int i = 0; i < mtf_graph_num_variables(m->graph); i++) {
+    int64_t n = mtf_plan_slice_elements(m->plan, mtf_graph_variable(m->graph, i));
+    if (n > most) most = n;
+  }
+  return most;
 }
 
 static int is_param(const mtf_ckpt_model *m, int node) {
@@ -30,12 +42,14 @@ static int is_param(const mtf_ckpt_model *m, int node) {
   return 0;
 }
 
-static hid_t mpio_access(void) {
+static hid_t mpio_access(const mtf_ckpt_model *m) {
+  MPI_Comm world = mtf_comm_mpi_world(m->comm);
+  if (world == MPI_COMM_NULL) return -1; /* checkpoints are written through MPI-IO */
   hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
   if (fapl < 0) return -1;
   /* Metadata operations are collective anyway (every rank makes every call); saying so lets HDF5 read and
    * write metadata once instead of once per rank. */
-  if (H5Pset_fapl_mpio(fapl, MPI_COMM_WORLD, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+  if (H5Pset_fapl_mpio(fapl, world, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
       H5Pset_coll_metadata_write(fapl, 1) < 0) {
     H5Pclose(fapl);
     return -1;
@@ -47,7 +61,7 @@ static hid_t mpio_access(void) {
  * rank at coordinate 0 on every mesh axis the variable is replicated over). */
 static void own_hyperslab(const mtf_ckpt_model *m, const mtf_tensor_layout *layout, hsize_t *start, hsize_t *count,
                           int *writer) {
-  const mtf_shape *mesh = &m->plan->mesh;
+  const mtf_shape *mesh = mtf_plan_mesh(m->plan);
   int coord[MTF_MAX_MESH_AXES] = {0};
   mtf_mesh_rank_to_coord(mesh, m->comm->rank, coord);
   mtf_shape slice = mtf_layout_slice_shape(layout, mesh);
@@ -79,20 +93,25 @@ static hid_t select_slab(hid_t file_space, int rank, const hsize_t *start, const
   return mem_space;
 }
 
-/* Creates the dataset of variable `node` with its attributes and writes this rank's part. Collective. */
-static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, int node, int64_t *bytes) {
-  const mtf_node *var = &m->graph->nodes[node];
+/* Creates the dataset of variable `node` with its attributes and writes this rank's part, copied out of
+ * the session into `staging` first. Collective. */
+static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_tensor node, float *staging,
+                                  int64_t *bytes) {
+  const mtf_shape *shape = mtf_tensor_shape(m->graph, node);
+  const char *var_name = mtf_tensor_name(m->graph, node);
   const mtf_tensor_layout *layout = mtf_plan_layout(m->plan, node);
-  const float *data = mtf_session_slice(m->session, node);
   char name[MTF_CKPT_PATH_MAX];
-  if (!layout || !data) return "a variable is not held by the training plan";
-  if (mtf_ckpt_dataset_name(var->name, name, sizeof name) != 0) return "a variable name is empty or contains '.'";
-  int rank = var->shape.rank;
+  mtf_error read_err;
+  if (!layout || !shape) return "a variable is not held by the training plan";
+  if (mtf_session_read_slice(m->session, node, staging, &read_err) != MTF_OK)
+    return "copying a variable out of the session";
+  if (mtf_ckpt_dataset_name(var_name, name, sizeof name) != 0) return "a variable name is empty or contains '.'";
+  int rank = shape->rank;
   hsize_t dims[MTF_MAX_RANK], start[MTF_MAX_RANK], count[MTF_MAX_RANK];
   const char *dim_names[MTF_MAX_RANK];
   for (int d = 0; d < rank; d++) {
-    dims[d] = (hsize_t)var->shape.dims[d].size;
-    dim_names[d] = var->shape.dims[d].name;
+    dims[d] = (hsize_t)shape->dims[d].size;
+    dim_names[d] = shape->dims[d].name;
   }
   int writer;
   own_hyperslab(m, layout, start, count, &writer);
@@ -103,14 +122,14 @@ static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dx
   if (file_space < 0 || dcpl < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0) failure = "H5Screate/H5Pcreate";
   hid_t dset = failure ? -1 : H5Dcreate2(group, name, H5T_IEEE_F32LE, file_space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   if (!failure && dset < 0) failure = "H5Dcreate";
-  if (!failure && (mtf_ckpt_attr_write_string(dset, "variable", var->name) ||
+  if (!failure && (mtf_ckpt_attr_write_string(dset, "variable", var_name) ||
                    mtf_ckpt_attr_write_strings(dset, "dims", rank, dim_names) ||
                    mtf_ckpt_attr_write_string(dset, "kind", is_param(m, node) ? "parameter" : "optimizer_slot")))
     failure = "writing dataset attributes";
   hid_t mem_space = failure ? -1 : select_slab(file_space, rank, start, count, writer);
   if (!failure && mem_space < 0) failure = "selecting the hyperslab";
-  if (!failure && H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, data) < 0) failure = "H5Dwrite";
-  *bytes += mtf_shape_num_elements(&var->shape) * (int64_t)sizeof(float);
+  if (!failure && H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, staging) < 0) failure = "H5Dwrite";
+  *bytes += mtf_shape_num_elements(shape) * (int64_t)sizeof(float);
   if (mem_space >= 0) H5Sclose(mem_space);
   if (dset >= 0) H5Dclose(dset);
   if (dcpl >= 0) H5Pclose(dcpl);
@@ -160,8 +179,8 @@ static void stall_for_tests(int rank, int64_t step) {
 
 /* Writes the whole file at tmp_path. Every failure past the create is fatal (see abort_job). */
 static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *tmp_path,
-                      int64_t *bytes, mtf_error *err) {
-  hid_t fapl = mpio_access();
+                      float *staging, int64_t *bytes, mtf_error *err) {
+  hid_t fapl = mpio_access(m);
   hid_t file = fapl >= 0 ? H5Fcreate(tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
   if (fapl >= 0) H5Pclose(fapl);
   int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot create checkpoint file '%s' (is the run directory "
@@ -179,12 +198,10 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (!failure && (group < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
     failure = "creating /variables";
-  int n_written = 0, n_variables = 0;
-  for (int i = 0; i < m->graph->n_nodes; i++) n_variables += m->graph->nodes[i].kind == MTF_OP_VARIABLE;
-  for (int i = 0; i < m->graph->n_nodes && !failure; i++) {
-    if (m->graph->nodes[i].kind != MTF_OP_VARIABLE) continue;
-    failure = write_variable(m, group, dxpl, i, bytes);
-    if (++n_written == n_variables / 2) stall_for_tests(m->comm->rank, st->step);
+  int n_variables = mtf_graph_num_variables(m->graph);
+  for (int i = 0; i < n_variables && !failure; i++) {
+    failure = write_variable(m, group, dxpl, mtf_graph_variable(m->graph, i), staging, bytes);
+    if (i + 1 == n_variables / 2) stall_for_tests(m->comm->rank, st->step);
   }
   /* Written last: a file with this attribute got through every dataset. */
   if (!failure && mtf_ckpt_attr_write_i64(file, "complete", 1)) failure = "writing the 'complete' attribute";
@@ -192,7 +209,7 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
   if (group >= 0) H5Gclose(group);
   if (!failure && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) failure = "H5Fflush";
   if (H5Fclose(file) < 0 && !failure) failure = "H5Fclose";
-  if (failure) abort_job(m->comm->rank, failure, tmp_path);
+  if (failure) abort_job(failure, tmp_path);
   return MTF_OK;
 }
 
@@ -204,27 +221,35 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
     rc = mtf_ckpt_dir_make(dir, err);
     if (rc == MTF_OK) rc = mtf_ckpt_dir_new_name(dir, st->step, name, sizeof name, err);
   }
-  MTF_CHECK(mtf_comm_agree(m->comm, rc, err));
-  MPI_Bcast(name, (int)sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+  float *staging = malloc(sizeof(float) * (size_t)max_slice_elements(m));
+  if (rc == MTF_OK && !staging)
+    rc = mtf_error_set(err, MTF_ERR_NOMEM, "saving a checkpoint: out of memory for the staging buffer");
+  rc = mtf_comm_agree(m->comm, rc, err);
+  if (rc == MTF_OK) rc = mtf_world_broadcast(name, sizeof name, 0, err);
+  if (rc != MTF_OK) {
+    free(staging);
+    return rc;
+  }
   char path[2 * MTF_CKPT_PATH_MAX], tmp_path[2 * MTF_CKPT_PATH_MAX + 8];
   snprintf(path, sizeof path, "%s/%s", dir, name);
   snprintf(tmp_path, sizeof tmp_path, "%s.tmp", path);
-  double start = MPI_Wtime();
+  double start = mtf_now_seconds();
   int64_t bytes = 0;
   mtf_hdf5_lock();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  rc = write_file(m, cfg, st, tmp_path, &bytes, err);
+  rc = write_file(m, cfg, st, tmp_path, staging, &bytes, err);
   mtf_hdf5_unlock();
+  free(staging);
   MTF_CHECK(rc);
   if (m->comm->rank == 0) {
     rc = mtf_ckpt_dir_commit(dir, name, err);
     if (rc == MTF_OK) mtf_ckpt_dir_prune(dir, name, keep);
   }
   MTF_CHECK(mtf_comm_agree(m->comm, rc, err));
-  double seconds = MPI_Wtime() - start;
+  double seconds = slowest(mtf_now_seconds() - start);
   if (stats) {
     stats->bytes = bytes;
-    MPI_Allreduce(&seconds, &stats->seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    stats->seconds = seconds;
   }
   if (path_out) snprintf(path_out, path_size, "%s", path);
   return MTF_OK;
@@ -261,17 +286,18 @@ static void format_dims(int rank, char (*names)[MTF_NAME_MAX], const hsize_t *si
 }
 
 /* Checks variable `node` against its dataset and reads this rank's hyperslab into the session. */
-static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, int node, int required, const char *path,
-                         int64_t *bytes, mtf_error *err) {
-  const mtf_node *var = &m->graph->nodes[node];
+static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_tensor node, int required,
+                         const char *path, float *staging, int64_t *bytes, mtf_error *err) {
+  const mtf_shape *var_shape = mtf_tensor_shape(m->graph, node);
+  const char *var_name = mtf_tensor_name(m->graph, node);
   char name[MTF_CKPT_PATH_MAX], want[MTF_SHAPE_STR_MAX], have[MTF_SHAPE_STR_MAX];
-  if (mtf_ckpt_dataset_name(var->name, name, sizeof name) != 0)
-    return mtf_error_set(err, MTF_ERR_INVALID, "variable name '%s' cannot be a checkpoint dataset", var->name);
+  if (mtf_ckpt_dataset_name(var_name, name, sizeof name) != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "variable name '%s' cannot be a checkpoint dataset", var_name);
   if (H5Lexists(group, name, H5P_DEFAULT) <= 0)
     return required ? mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s' has no variable '%s' (dataset variables/%s): "
                                     "it was written by a different model or optimizer than this config's; restore it "
                                     "with the config it holds (mtf ckpt inspect) or start with --fresh",
-                                    path, var->name, name)
+                                    path, var_name, name)
                     : MTF_OK;
   hid_t dset = H5Dopen2(group, name, H5P_DEFAULT);
   hid_t space = dset >= 0 ? H5Dget_space(dset) : -1;
@@ -285,34 +311,36 @@ static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, int n
     rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': dataset variables/%s is unreadable or lacks its dims "
                        "attribute (damaged)", path, name);
   if (rc == MTF_OK && (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4))
-    rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' is not float32", path, var->name);
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' is not float32", path, var_name);
   if (rc == MTF_OK) {
     H5Sget_simple_extent_dims(space, sizes, NULL);
-    int same = rank == var->shape.rank;
-    for (int d = 0; d < var->shape.rank; d++) {
-      model_sizes[d] = (hsize_t)var->shape.dims[d].size;
-      snprintf(model_dims[d], MTF_NAME_MAX, "%s", var->shape.dims[d].name);
+    int same = rank == var_shape->rank;
+    for (int d = 0; d < var_shape->rank; d++) {
+      model_sizes[d] = (hsize_t)var_shape->dims[d].size;
+      snprintf(model_dims[d], MTF_NAME_MAX, "%s", var_shape->dims[d].name);
       if (same) same = sizes[d] == model_sizes[d] && strcmp(dims[d], model_dims[d]) == 0;
     }
     if (!same) {
       format_dims(rank, dims, sizes, have, sizeof have);
-      format_dims(var->shape.rank, model_dims, model_sizes, want, sizeof want);
+      format_dims(var_shape->rank, model_dims, model_sizes, want, sizeof want);
       rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' has shape %s in the checkpoint but %s "
                          "in this config's model; restore it with the model it was trained with (mtf ckpt inspect "
-                         "shows its config) or start with --fresh", path, var->name, have, want);
+                         "shows its config) or start with --fresh", path, var_name, have, want);
     }
   }
   const mtf_tensor_layout *layout = mtf_plan_layout(m->plan, node);
-  float *data = mtf_session_variable_slice(m->session, node);
-  if (rc == MTF_OK && layout && data) { /* the same on every rank: the plan holds a variable or not */
+  if (rc == MTF_OK && layout) { /* the same on every rank: the plan holds a variable or not */
     hsize_t start[MTF_MAX_RANK], count[MTF_MAX_RANK];
     int writer;
     own_hyperslab(m, layout, start, count, &writer);
     hid_t mem_space = select_slab(space, rank, start, count, 1);
-    if (mem_space < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, space, dxpl, data) < 0)
-      rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': reading variable '%s' failed (damaged file)", path, var->name);
+    if (mem_space < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, space, dxpl, staging) < 0)
+      rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': reading variable '%s' failed (damaged file)", path, var_name);
     if (mem_space >= 0) H5Sclose(mem_space);
-    *bytes += mtf_shape_num_elements(&var->shape) * (int64_t)sizeof(float);
+    /* Into the session through its backend (host memory or a device's). */
+    if (rc == MTF_OK && mtf_session_write_variable(m->session, node, staging, err) != MTF_OK)
+      mtf_error_prefix(err, "checkpoint '%s': restoring variable '%s'", path, var_name);
+    *bytes += mtf_shape_num_elements(var_shape) * (int64_t)sizeof(float);
   }
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
@@ -330,9 +358,9 @@ static int check_no_extra(const mtf_ckpt_model *m, hid_t group, const char *path
     if (H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, link, sizeof link, H5P_DEFAULT) < 0)
       return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': cannot list /variables (damaged)", path);
     int known = 0;
-    for (int n = 0; n < m->graph->n_nodes && !known; n++)
-      known = m->graph->nodes[n].kind == MTF_OP_VARIABLE &&
-              mtf_ckpt_dataset_name(m->graph->nodes[n].name, name, sizeof name) == 0 && strcmp(name, link) == 0;
+    for (int n = 0; n < mtf_graph_num_variables(m->graph) && !known; n++)
+      known = mtf_ckpt_dataset_name(mtf_tensor_name(m->graph, mtf_graph_variable(m->graph, n)), name, sizeof name) == 0 &&
+              strcmp(name, link) == 0;
     if (!known) {
       for (char *c = name + snprintf(name, sizeof name, "%s", link) - 1; c >= name; c--) /* back to '/' names */
         if (*c == '.') *c = '/';
@@ -360,7 +388,7 @@ static void hdf5_reason(char *buf) {
 static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
                           int64_t *bytes, mtf_error *err) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t fapl = mpio_access();
+  hid_t fapl = mpio_access(m);
   hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
   char reason[MTF_ERROR_MSG_MAX / 4];
   if (file < 0) hdf5_reason(reason); /* before the next HDF5 call clears the error stack */
@@ -374,13 +402,17 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (rc == MTF_OK && (dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
     rc = mtf_error_set(err, MTF_ERR_IO, "cannot set up collective reads");
+  float *staging = malloc(sizeof(float) * (size_t)max_slice_elements(m));
+  if (rc == MTF_OK && !staging)
+    rc = mtf_error_set(err, MTF_ERR_NOMEM, "restoring checkpoint '%s': out of memory for the staging buffer", path);
   rc = mtf_comm_agree(m->comm, rc, err);
-  for (int i = 0; i < m->graph->n_nodes && rc == MTF_OK; i++) {
-    if (m->graph->nodes[i].kind != MTF_OP_VARIABLE) continue;
-    rc = read_variable(m, group, dxpl, i, need_slots || is_param(m, i), path, bytes, err);
+  for (int i = 0; i < mtf_graph_num_variables(m->graph) && rc == MTF_OK; i++) {
+    mtf_tensor var = mtf_graph_variable(m->graph, i);
+    rc = read_variable(m, group, dxpl, var, need_slots || is_param(m, var), path, staging, bytes, err);
     /* Every rank leaves the loop at the same variable, so no rank waits in a read the others skip. */
     rc = mtf_comm_agree(m->comm, rc, err);
   }
+  free(staging);
   if (rc == MTF_OK && need_slots) rc = mtf_comm_agree(m->comm, check_no_extra(m, group, path, err), err);
   if (dxpl >= 0) H5Pclose(dxpl);
   if (group >= 0) H5Gclose(group);
@@ -394,15 +426,15 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
 
 int mtf_ckpt_restore(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
                      mtf_ckpt_stats *stats, mtf_error *err) {
-  double start = MPI_Wtime();
+  double start = mtf_now_seconds();
   int64_t bytes = 0;
   mtf_hdf5_lock();
   int rc = restore_locked(m, path, need_slots, st, &bytes, err);
   mtf_hdf5_unlock();
-  double seconds = MPI_Wtime() - start;
+  double seconds = slowest(mtf_now_seconds() - start);
   if (stats) {
     stats->bytes = bytes;
-    MPI_Allreduce(&seconds, &stats->seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    stats->seconds = seconds;
   }
   return rc;
 }
@@ -419,10 +451,8 @@ int mtf_ckpt_restore_latest(const mtf_ckpt_model *m, const char *dir, int need_s
   }
   rc = mtf_comm_agree(m->comm, rc, err);
   *found = 0;
-  if (rc == MTF_OK) {
-    MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    MPI_Bcast(names, n * MTF_CKPT_PATH_MAX, MPI_CHAR, 0, MPI_COMM_WORLD);
-  }
+  if (rc == MTF_OK) rc = mtf_world_broadcast(&n, sizeof n, 0, err);
+  if (rc == MTF_OK) rc = mtf_world_broadcast(names, (size_t)n * MTF_CKPT_PATH_MAX, 0, err);
   for (int i = 0; i < n && rc == MTF_OK; i++) {
     char path[2 * MTF_CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);

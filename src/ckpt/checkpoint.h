@@ -10,7 +10,7 @@
  * then does RUN_DIR/checkpoints/latest (a one-line text file, itself replaced by rename) name it. A crash
  * at any moment leaves `latest` naming a complete file.
  *
- * Every function here that takes a comm is collective over all its ranks (which are MPI_COMM_WORLD's) and
+ * Every function here that takes a comm is collective over all its ranks (which are the whole job's, see comm/world.h) and
  * returns the same code and message on every rank. HDF5 calls hold mtf_hdf5_lock (io/shard.h), so they
  * may run while a loader prefetches. */
 #ifndef MTF_CKPT_CHECKPOINT_H
@@ -35,8 +35,9 @@ typedef struct mtf_ckpt_state {
   mtf_loader_cursor cursor; /* the training data's next batch */
 } mtf_ckpt_state;
 
-/* The variables to save or restore: every MTF_OP_VARIABLE of `graph`, with this rank's slices in
- * `session` under `plan`'s layouts. `params` lists the model parameters; the other variables are
+/* The variables to save or restore: every variable of `graph` (mtf_graph_variable), with this rank's
+ * slices in `session` under `plan`'s layouts. Values pass through a host buffer (mtf_session_read_slice,
+ * mtf_session_write_variable), so any backend's session can be saved and restored. `params` lists the model parameters; the other variables are
  * optimizer slots (a restore for evaluation needs only the parameters). */
 typedef struct mtf_ckpt_model {
   const mtf_graph *graph;

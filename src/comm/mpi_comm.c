@@ -14,6 +14,12 @@ static mpi_impl *impl_of(const mtf_comm *comm) { return (mpi_impl *)comm->impl; 
 
 MPI_Comm mtf_comm_mpi_group(const mtf_comm *comm, mtf_axis_set axes) { return impl_of(comm)->groups[axes]; }
 
+static const mtf_comm_ops mpi_ops;
+
+MPI_Comm mtf_comm_mpi_world(const mtf_comm *comm) {
+  return comm && comm->ops == &mpi_ops ? impl_of(comm)->world : MPI_COMM_NULL;
+}
+
 static int mpi_failed(int mpi_rc, const char *call, mtf_error *err) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;

@@ -14,4 +14,9 @@ int mtf_comm_mpi_create(MPI_Comm world, const mtf_shape *mesh, mtf_comm **out, m
 /* The sub-communicator of this rank's group for a set of mesh axes (for tests and diagnostics). */
 MPI_Comm mtf_comm_mpi_group(const mtf_comm *comm, mtf_axis_set axes);
 
+/* The MPI communicator over all of comm's ranks (comm's own duplicate, in mesh rank order), for libraries
+ * that need one, such as parallel HDF5's H5Pset_fapl_mpio; MPI_COMM_NULL when comm is not an MPI
+ * communicator. Do not free it: it lives as long as comm. */
+MPI_Comm mtf_comm_mpi_world(const mtf_comm *comm);
+
 #endif

@@ -120,3 +120,7 @@ _Noreturn void mtf_world_abort(int code, const char *what, const mtf_error *err)
 int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err) {
   return mtf_comm_mpi_create(MPI_COMM_WORLD, mesh, out, err);
 }
+
+int mtf_comm_self_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err) {
+  return mtf_comm_mpi_create(MPI_COMM_SELF, mesh, out, err);
+}

@@ -34,5 +34,8 @@ _Noreturn void mtf_world_abort(int code, const char *what, const mtf_error *err)
 
 /* A communicator over all ranks for `mesh` (whose size must equal the job's). Collective. */
 int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err);
+/* A communicator of this rank alone for `mesh` (whose size must be 1), whatever the job's size: for tools
+ * that each rank runs on its own (benchmarks). Not collective. */
+int mtf_comm_self_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err);
 
 #endif

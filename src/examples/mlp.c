@@ -1,5 +1,6 @@
-/* A sharded MLP trained with SGD on a synthetic regression task, written against libmtf's public header
- * only: the example for using mtf as a library for models other than the transformer.
+/* A sharded MLP trained with SGD on a synthetic regression task, written against libmtf's installed headers
+ * only (mtf.h and core/rng.h): the example for using mtf as a library for models other than the
+ * transformer.
  *
  *   mpiexec -n 4 mtf_example_mlp --mesh 'b:2;m:2' --layout 'batch:b;hidden:m' --steps 50
  *
@@ -8,11 +9,10 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm/mpi_comm.h"
+#include "core/rng.h"
 #include "mtf.h"
 
 enum { BATCH = 32, D_IN = 16, HIDDEN = 64, D_OUT = 4 };
@@ -25,13 +25,9 @@ static void usage(FILE *out) {
                "  --lr RATE       SGD learning rate (default 0.1)\n");
 }
 
-/* A fixed random "teacher" the MLP learns to imitate; inputs are a function of (step, row, column). */
-static double hashed(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t z = a * 0x9e3779b97f4a7c15ULL ^ (b + 0x632be59bd9b4e5ULL) * 0xbf58476d1ce4e5b9ULL ^ c * 0x94d049bb133111ebULL;
-  z = (z ^ (z >> 31)) * 0xd6e8feb86659fd93ULL;
-  z ^= z >> 32;
-  return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
+/* A fixed random "teacher" the MLP learns to imitate; inputs are a function of (step, row, column): uniform
+ * in (-1, 1) from the library's counter-based generator. */
+static double hashed(uint64_t a, uint64_t b, uint64_t c) { return 2.0 * mtf_uniform01(a, b, c) - 1.0; }
 
 static void make_batch(int step, float *x, float *y) {
   for (int b = 0; b < BATCH; b++) {
@@ -44,10 +40,8 @@ static void make_batch(int step, float *x, float *y) {
   }
 }
 
-static void die(int rank, const char *what, const mtf_error *err) {
-  fprintf(stderr, "mtf_example_mlp: rank %d: %s: %s\n", rank, what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
+/* Ends the whole job: "mtf: rank k: what: message" (other ranks may be waiting in a collective). */
+static void die(const char *what, const mtf_error *err) { mtf_world_abort(1, what, err); }
 
 int main(int argc, char **argv) {
   static const struct option options[] = {{"mesh", required_argument, 0, 'm'}, {"layout", required_argument, 0, 'l'},
@@ -66,20 +60,19 @@ int main(int argc, char **argv) {
       default: usage(stderr); return 2;
     }
   }
-  MPI_Init(&argc, &argv);
-  int rank, size;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  mtf_world_init(&argc, &argv);
+  int rank = mtf_world_rank(), size = mtf_world_size();
   char default_mesh[32];
   snprintf(default_mesh, sizeof default_mesh, "b:%d", size);
   mtf_error err;
   mtf_shape mesh;
   mtf_layout_rules rules;
   mtf_comm *comm;
+  /* The same arguments on every rank: these fail alike everywhere, so each rank can just return. */
   if (mtf_mesh_parse(mesh_text ? mesh_text : default_mesh, &mesh, &err) ||
-      mtf_layout_rules_parse(layout_text, &rules, &err) || mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) {
+      mtf_layout_rules_parse(layout_text, &rules, &err) || mtf_comm_world_create(&mesh, &comm, &err)) {
     if (rank == 0) fprintf(stderr, "mtf_example_mlp: %s\n", err.msg);
-    MPI_Finalize();
+    mtf_world_finalize();
     return 1;
   }
 
@@ -101,16 +94,22 @@ int main(int argc, char **argv) {
   mtf_tensor grads[3];
   mtf_gradients(g, loss, 3, w, grads);
   for (int i = 0; i < 3; i++) mtf_assign(g, w[i], mtf_subtract(g, w[i], mtf_scalar_multiply(g, grads[i], lr)));
-  if (mtf_graph_status(g, &err)) die(rank, "graph", &err);
+  if (mtf_graph_status(g, &err)) die("graph", &err);
 
-  mtf_plan *plan;
+  mtf_plan *plan = NULL;
   mtf_session *session;
-  if (mtf_plan_create(g, &mesh, &rules, comm->rank, 1, &loss, &plan, &err)) {
+  /* A layout error is the same on every rank, but a plan can also fail on one rank alone (out of memory):
+   * agree, so that all ranks return together with the lowest failing rank's message. */
+  int rc = mtf_comm_agree(comm, mtf_plan_create(g, &mesh, &rules, comm->rank, 1, &loss, &plan, &err), &err);
+  if (rc) {
     if (rank == 0) fprintf(stderr, "mtf_example_mlp: %s\n", err.msg);
-    MPI_Finalize();
+    mtf_plan_destroy(plan);
+    mtf_graph_destroy(g);
+    mtf_comm_destroy(comm);
+    mtf_world_finalize();
     return 1;
   }
-  if (mtf_session_create(plan, comm, NULL, &session, &err)) die(rank, "session", &err);
+  if (mtf_session_create(plan, comm, NULL, &session, &err)) die("session", &err);
   const mtf_plan_stats *stats = mtf_plan_get_stats(plan);
   if (rank == 0) {
     char mesh_str[MTF_SHAPE_STR_MAX];
@@ -124,13 +123,13 @@ int main(int argc, char **argv) {
     float value;
     if (mtf_session_set_input(session, x, xb, &err) || mtf_session_set_input(session, y, yb, &err) ||
         mtf_session_run(session, &err) || mtf_session_fetch(session, loss, &value, &err))
-      die(rank, "step", &err);
+      die("step", &err);
     if (rank == 0) printf("step %d loss %.7f\n", step, value);
   }
   mtf_session_destroy(session);
   mtf_plan_destroy(plan);
   mtf_graph_destroy(g);
   mtf_comm_destroy(comm);
-  MPI_Finalize();
+  mtf_world_finalize();
   return 0;
 }

@@ -5,9 +5,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comm/agree.h"
+#include "core/clock.h"
 #include "io/dataset.h"
 #include "core/rng.h"
 
@@ -49,12 +49,6 @@ struct mtf_loader {
   pthread_cond_t changed;
 };
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int get_shard(mtf_loader *loader, int index, mtf_shard **out, mtf_error *err) {
   mtf_shard *shard = &loader->shards[index];
   if (!shard->path) {
@@ -84,7 +78,7 @@ static void advance(mtf_loader_cursor *cursor, int64_t batch_size) {
 /* Reads this rank's rows of the batch at *cursor into tokens and advances *cursor. */
 static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, double *seconds,
                       mtf_error *err) {
-  double start = now_seconds();
+  double start = mtf_now_seconds();
   mtf_permutation order = mtf_permutation_make((uint64_t)cursor->windows, cursor->seed, (uint64_t)cursor->epoch);
   int rc = MTF_OK;
   for (int64_t r = 0; rc == MTF_OK && r < loader->local_batch; r++) {
@@ -99,7 +93,7 @@ static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *to
                           loader->vocab_limit, err);
   }
   if (rc == MTF_OK) advance(cursor, loader->opts.batch_size);
-  *seconds = now_seconds() - start;
+  *seconds = mtf_now_seconds() - start;
   return rc;
 }
 
@@ -244,7 +238,7 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   mtf_error_clear(&local);
   mtf_loader_cursor after = loader->cursor;
   int rc;
-  double start = now_seconds();
+  double start = mtf_now_seconds();
   if (loader->depth == 0) {
     double seconds;
     rc = read_batch(loader, &after, tokens, &seconds, &local);
@@ -267,7 +261,7 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
     pthread_cond_broadcast(&loader->changed);
     pthread_mutex_unlock(&loader->mutex);
   }
-  loader->wait_seconds += now_seconds() - start;
+  loader->wait_seconds += mtf_now_seconds() - start;
   rc = mtf_comm_agree(loader->opts.comm, rc, &local);
   if (rc != MTF_OK) {
     loader->failed = 1;
@@ -277,6 +271,15 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   }
   loader->cursor = after;
   return MTF_OK;
+}
+
+void mtf_loader_split(const mtf_loader *loader, const int32_t *rows, int32_t *inputs, int32_t *targets) {
+  int64_t length = loader->opts.length;
+  for (int64_t r = 0; r < loader->local_batch; r++) {
+    const int32_t *row = rows + r * loader->row_tokens;
+    memcpy(inputs + r * length, row, sizeof(int32_t) * (size_t)length);
+    memcpy(targets + r * length, row + 1, sizeof(int32_t) * (size_t)length);
+  }
 }
 
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader) { return loader->cursor; }

@@ -62,6 +62,11 @@ int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader);
  * comm. After an error the loader stays failed (every later call returns the same error). */
 int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err);
 
+/* Splits the rows of one next() call, tokens[local_batch][T + 1], into the model's int32 inputs and
+ * targets, each [local_batch][T] (row-major, this rank's slice of [batch, length]): targets are the
+ * inputs shifted by one token. Hand them to the session with mtf_session_set_input_slice_int. */
+void mtf_loader_split(const mtf_loader *loader, const int32_t *tokens, int32_t *inputs, int32_t *targets);
+
 /* The cursor of the batch the next mtf_loader_next returns. */
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader);
 /* Makes the next batch the one at cursor (discarding prefetched batches). Fails when the cursor does not

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "io/shard_sink.h"
 #include "io/tokenize.h"
 
@@ -91,12 +91,6 @@ static int walk(const char *path, int named, file_list *list, mtf_error *err) {
   return rc;
 }
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct progress {
   int enabled, printed;
   double start, last;
@@ -104,7 +98,7 @@ typedef struct progress {
 } progress;
 
 static void progress_report(progress *p, int64_t bytes, int64_t tokens, int final) {
-  double now = now_seconds();
+  double now = mtf_now_seconds();
   /* Short inputs finish before the first report is due and print nothing. */
   if (!p->enabled || (!final && now - p->last < 1.0) || (final && !p->printed)) return;
   p->last = now;
@@ -159,7 +153,7 @@ int mtf_data_prepare(const mtf_prepare_options *opts, mtf_prepare_stats *stats, 
   int32_t *tokens = malloc(sizeof(int32_t) * READ_CHUNK);
   if (rc == MTF_OK && (!bytes || !tokens)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
 
-  progress prog = {.enabled = opts->progress, .start = now_seconds()};
+  progress prog = {.enabled = opts->progress, .start = mtf_now_seconds()};
   prog.last = prog.start;
   for (int64_t i = 0; i < list.count; i++) prog.total_bytes += list.sizes[i];
   mtf_shard_sink train, val;
@@ -187,7 +181,7 @@ int mtf_data_prepare(const mtf_prepare_options *opts, mtf_prepare_stats *stats, 
   stats->val_tokens = val.total;
   stats->train_shards = train.shards;
   stats->val_shards = val.shards;
-  stats->seconds = now_seconds() - prog.start;
+  stats->seconds = mtf_now_seconds() - prog.start;
   free(bytes);
   free(tokens);
   list_free(&list);

@@ -118,8 +118,8 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
                                    (long long)m->d_model);
   mtf_shape embed = shape_of("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
   mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
-  out->tokens = mtf_input(g, "tokens", &tokens);
-  out->targets = mtf_input(g, "targets", &tokens);
+  out->tokens = mtf_input_int(g, "tokens", &tokens);
+  out->targets = mtf_input_int(g, "targets", &tokens);
   mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
   mtf_tensor wpe = param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
   mtf_tensor x = dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));

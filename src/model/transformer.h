@@ -15,7 +15,7 @@
 #include "mtf.h"
 
 typedef struct mtf_transformer {
-  mtf_tensor tokens, targets; /* inputs [batch, length] holding token ids */
+  mtf_tensor tokens, targets; /* int32 inputs [batch, length] holding token ids (mtf_input_int) */
   mtf_tensor logits;          /* [batch, length, vocab] */
   mtf_tensor loss;            /* scalar: mean cross-entropy (+ z-loss) */
   mtf_tensor token_loss;      /* scalar: mean cross-entropy alone (for eval and perplexity) */

@@ -5,16 +5,14 @@
 #include "run/generate.h"
 
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
-#include "comm/mpi_comm.h"
-#include "comm/agree.h"
-#include "graph/graph.h"
+#include "core/rng.h"
 #include "model/transformer.h"
+#include "run/setup.h"
 
 #define EOT_ID 256 /* the byte tokenizer's end-of-text id (docs/DATA.md) */
 
@@ -28,16 +26,9 @@ static int64_t batch_rows(const mtf_config *cfg) {
   return 1;
 }
 
-static uint64_t next_random(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 /* Samples from softmax(logits / temperature) restricted to the top_k largest (0 = all); temperature 0
  * is greedy. */
-static int sample(const float *logits, int64_t vocab, double temperature, int64_t top_k, uint64_t *rng) {
+static int sample(const float *logits, int64_t vocab, double temperature, int64_t top_k, mtf_rng *rng) {
   int64_t best = 0;
   for (int64_t v = 1; v < vocab; v++)
     if (logits[v] > logits[best]) best = v;
@@ -56,7 +47,7 @@ static int sample(const float *logits, int64_t vocab, double temperature, int64_
   double total = 0;
   for (int64_t v = 0; v < vocab; v++)
     if (logits[v] >= threshold) total += exp((logits[v] - logits[best]) / temperature);
-  double u = (double)(next_random(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
+  double u = (double)(mtf_rng_next(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
   for (int64_t v = 0; v < vocab; v++) {
     if (logits[v] < threshold) continue;
     acc += exp((logits[v] - logits[best]) / temperature);
@@ -69,8 +60,9 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   if (cfg->model.vocab < 257)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: generate speaks the byte tokenizer, which needs model.vocab >= 257",
                          cfg->source);
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rank = mtf_world_rank();
+  mtf_session_options options = mtf_run_session_options(cfg);
+  MTF_CHECK(mtf_backend_check(cfg->backend, err)); /* alike on every rank */
   int64_t rows = batch_rows(cfg), length = cfg->model.length, vocab = cfg->model.vocab;
   mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
   mtf_transformer model;
@@ -79,13 +71,12 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   mtf_session *session = NULL;
   int rc = mtf_transformer_build(g, &cfg->model, rows, 0.0f, &model, err);
   if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, 0, 1, &model.logits, &plan, err);
-  if (rc == MTF_OK) {
-    mtf_plan_destroy(plan); /* rank 0's plan only checked the layout, alike on every rank */
-    plan = NULL;
-    rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);
-  }
+  mtf_plan_destroy(plan); /* rank 0's plan only checked the layout, alike on every rank */
+  plan = NULL;
+  rc = mtf_run_agree(rc, err); /* but building the model can run out of memory on one rank alone */
+  if (rc == MTF_OK) rc = mtf_comm_world_create(&cfg->mesh_shape, &comm, err);
   if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, comm->rank, 1, &model.logits, &plan, err);
-  if (rc == MTF_OK) rc = mtf_session_create(plan, comm, NULL, &session, err);
+  if (rc == MTF_OK) rc = mtf_session_create(plan, comm, &options, &session, err);
   if (comm) rc = mtf_comm_agree(comm, rc, err); /* a rank that failed alone must not skip the restore below */
   mtf_ckpt_state state = {0};
   if (rc == MTF_OK) {
@@ -104,7 +95,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     }
   }
   int64_t step = state.step;
-  float *tokens = calloc((size_t)(rows * length), sizeof(float));
+  int32_t *tokens = calloc((size_t)(rows * length), sizeof(int32_t));
   float *logits = malloc(sizeof(float) * (size_t)(rows * length * vocab));
   int64_t prompt_len = (int64_t)strlen(opts->prompt), capacity = prompt_len + opts->max_new + 1, n = 0;
   int32_t *context = malloc(sizeof(int32_t) * (size_t)capacity);
@@ -114,22 +105,21 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   if (comm) rc = mtf_comm_agree(comm, rc, err);
   for (int64_t i = 0; i < prompt_len && rc == MTF_OK; i++) context[n++] = (unsigned char)opts->prompt[i];
   if (rc == MTF_OK && n == 0) context[n++] = EOT_ID; /* an empty prompt starts a new document */
+  if (rc == MTF_OK) mtf_run_print_backend(session, 0);
   if (rc == MTF_OK && rank == 0) {
     printf("generate: checkpoint at step %lld, temperature %g, top-k %lld, seed %llu\n", (long long)step,
            opts->temperature, (long long)opts->top_k, (unsigned long long)opts->seed);
     printf("%s", opts->prompt);
     fflush(stdout);
   }
-  uint64_t rng = opts->seed;
+  mtf_rng rng = mtf_rng_make(opts->seed, 0);
   for (int64_t produced = 0; produced < opts->max_new && rc == MTF_OK; produced++) {
     int64_t start = n > length ? n - length : 0, used = n - start;
     for (int64_t r = 0; r < rows; r++)
-      for (int64_t t = 0; t < length; t++) tokens[r * length + t] = t < used ? (float)context[start + t] : 0.0f;
-    if (mtf_session_set_input(session, model.tokens, tokens, err) || mtf_session_run(session, err) ||
-        mtf_session_fetch(session, model.logits, logits, err)) {
-      fprintf(stderr, "mtf generate: rank %d: %s\n", rank, err->msg);
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+      for (int64_t t = 0; t < length; t++) tokens[r * length + t] = t < used ? context[start + t] : 0;
+    if (mtf_session_set_input_int(session, model.tokens, tokens, err) || mtf_session_run(session, err) ||
+        mtf_session_fetch(session, model.logits, logits, err))
+      mtf_run_abort("generate", err);
     int next = sample(logits + (used - 1) * vocab, vocab, opts->temperature, opts->top_k, &rng);
     if (next == EOT_ID) break;
     context[n++] = next;

@@ -1,4 +1,4 @@
-/* `mtf generate` under MPI (MPI_Init done by the caller): see generate.c. */
+/* `mtf generate` (the caller has started the job: mtf_world_init): see generate.c. */
 #ifndef MTF_RUN_GENERATE_H
 #define MTF_RUN_GENERATE_H
 

@@ -3,8 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/graph.h"
-#include "lower/plan.h"
 #include "train/optimizer.h"
 
 static int optimizer_config(const mtf_config *cfg, mtf_optimizer_config *opt, mtf_error *err) {
@@ -67,14 +65,12 @@ void mtf_program_free(mtf_program *p) {
 void mtf_program_variable_bytes(const mtf_program *p, int64_t *param_bytes, int64_t *slot_bytes) {
   *param_bytes = *slot_bytes = 0;
   const mtf_graph *g = p->graph;
-  for (int i = 0; i < g->n_nodes; i++) {
-    if (g->nodes[i].kind != MTF_OP_VARIABLE) continue;
-    const mtf_tensor_layout *layout = mtf_plan_layout(p->train_plan, i);
-    if (!layout) continue;
-    mtf_shape slice = mtf_layout_slice_shape(layout, &p->train_plan->mesh);
-    int64_t bytes = mtf_shape_num_elements(&slice) * (int64_t)sizeof(float);
+  for (int i = 0; i < mtf_graph_num_variables(g); i++) {
+    mtf_tensor var = mtf_graph_variable(g, i);
+    if (!mtf_plan_layout(p->train_plan, var)) continue;
+    int64_t bytes = mtf_plan_slice_elements(p->train_plan, var) * (int64_t)sizeof(float);
     int is_param = 0;
-    for (int k = 0; k < p->train_model.n_params; k++) is_param |= p->train_model.params[k] == i;
+    for (int k = 0; k < p->train_model.n_params; k++) is_param |= p->train_model.params[k] == var;
     *(is_param ? param_bytes : slot_bytes) += bytes;
   }
 }

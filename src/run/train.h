@@ -1,4 +1,5 @@
-/* `mtf train` and `mtf eval` under MPI (MPI_Init done by the caller): see train.c. */
+/* `mtf train` and `mtf eval` (the caller has started the job: mtf_world_init). The training loop is in
+ * train_loop.c, evaluation in eval.c; what both share (communicator, sessions, loader) in setup.c. */
 #ifndef MTF_RUN_TRAIN_H
 #define MTF_RUN_TRAIN_H
 

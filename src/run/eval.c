@@ -1,0 +1,90 @@
+/* `mtf eval` and the evaluation pass of `mtf train` (see eval.h). */
+#include "run/eval.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "run/train.h"
+
+int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *tokens, mtf_error *err) {
+  const mtf_config *cfg = st->cfg;
+  mtf_loader *loader;
+  MTF_CHECK(mtf_run_open_loader(st, cfg->data_eval, (uint64_t)cfg->train.seed + 1, 0, &loader, err));
+  int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
+  int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
+  int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
+          *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
+  double sum = 0;
+  int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
+  rc = mtf_comm_agree(st->comm, rc, err);
+  const mtf_transformer *model = &st->program.eval_model;
+  for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
+    rc = mtf_loader_next(loader, raw, err);
+    if (rc) break;
+    mtf_loader_split(loader, raw, inputs, targets);
+    float value;
+    if (mtf_session_set_input_slice_int(st->eval, model->tokens, inputs, err) ||
+        mtf_session_set_input_slice_int(st->eval, model->targets, targets, err) || mtf_session_run(st->eval, err) ||
+        mtf_session_fetch(st->eval, model->token_loss, &value, err))
+      mtf_run_abort("evaluation", err);
+    sum += value;
+  }
+  if (rc == MTF_OK) {
+    *loss = sum / (double)batches;
+    *tokens = batches * cfg->train.batch * length;
+  }
+  free(raw);
+  free(inputs);
+  free(targets);
+  mtf_loader_close(loader);
+  return rc;
+}
+
+void mtf_run_print_eval(const mtf_run_state *st, double loss, int64_t tokens, int json) {
+  if (st->rank != 0) return;
+  if (json)
+    printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld}\n", loss, exp(loss), (long long)tokens);
+  else
+    printf("eval: loss %.4f, perplexity %.3f over %lld tokens\n", loss, exp(loss), (long long)tokens);
+  fflush(stdout);
+}
+
+/* The parameters of `checkpoint`, or of the run directory's latest good checkpoint. */
+static int restore_for_eval(mtf_run_state *st, const char *checkpoint, mtf_error *err) {
+  mtf_ckpt_model model = mtf_run_checkpoint_model(st, 0);
+  mtf_ckpt_state state;
+  char path[2 * MTF_CKPT_PATH_MAX];
+  if (checkpoint) {
+    mtf_ckpt_stats stats;
+    MTF_CHECK(mtf_ckpt_restore(&model, checkpoint, 0, &state, &stats, err));
+  } else {
+    char dir[MTF_CKPT_PATH_MAX];
+    mtf_run_checkpoint_dir(st->cfg, dir, sizeof dir);
+    int found;
+    MTF_CHECK(mtf_ckpt_restore_latest(&model, dir, 0, &state, &found, path, sizeof path, NULL, err));
+    if (!found)
+      return mtf_error_set(err, MTF_ERR_INVALID, "no checkpoint in '%s' to evaluate: train with "
+                           "train.checkpoint_every > 0, or name one with --checkpoint PATH", dir);
+    checkpoint = path;
+  }
+  /* stderr, so that --json keeps stdout to the one JSON object. */
+  if (st->rank == 0) fprintf(stderr, "eval: checkpoint %s (step %lld)\n", checkpoint, (long long)state.step);
+  return MTF_OK;
+}
+
+int mtf_eval_run(const mtf_config *cfg, int json, const char *checkpoint, mtf_error *err) {
+  if (!cfg->data_eval[0])
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.eval is empty; set it to the evaluation shards (a directory or glob)",
+                         cfg->source);
+  mtf_run_state st;
+  int rc = mtf_run_setup(&st, cfg, 0, err);
+  double loss = 0;
+  int64_t tokens = 0;
+  if (rc == MTF_OK) mtf_run_print_backend(st.eval, json);
+  if (rc == MTF_OK) rc = restore_for_eval(&st, checkpoint, err);
+  if (rc == MTF_OK) rc = mtf_run_evaluate(&st, cfg->train.eval_batches, &loss, &tokens, err);
+  if (rc == MTF_OK) mtf_run_print_eval(&st, loss, tokens, json);
+  mtf_run_teardown(&st);
+  return rc;
+}

@@ -1,0 +1,54 @@
+/* What `mtf train`, `mtf eval` and `mtf generate` share (internal to src/run): the communicator over the
+ * job, sessions on the configured backend, the one-line backend report, the data loader and the
+ * checkpoint directory. Everything here is collective over the job and fails alike on every rank (a
+ * failure on one rank alone is agreed first, so its message, prefixed "rank k: ", reaches every rank). */
+#ifndef MTF_RUN_SETUP_H
+#define MTF_RUN_SETUP_H
+
+#include <stdint.h>
+
+#include "ckpt/checkpoint.h"
+#include "config/config.h"
+#include "io/loader.h"
+#include "mtf.h"
+#include "run/program.h"
+
+/* Session options for cfg: backend.kind, and backend.threads resolved for the ranks on this node.
+ * Collective the first time (it counts the ranks on the node). */
+mtf_session_options mtf_run_session_options(const mtf_config *cfg);
+
+/* On rank 0, one line "backend: cpu, 2 ranks x 1 threads" on `out` (stdout, or stderr to keep stdout for
+ * JSON). */
+void mtf_run_print_backend(const mtf_session *session, int to_stderr);
+
+/* Collective over the job (no communicator needed): every rank returns a failure when any rank failed.
+ * A rank that failed keeps its own message; the others get the lowest failing rank's, "rank k: ...". */
+int mtf_run_agree(int rc, mtf_error *err);
+
+typedef struct mtf_run_state {
+  const mtf_config *cfg;
+  mtf_comm *comm;
+  mtf_program program;
+  mtf_session *train, *eval;
+  int rank; /* in the job (= the mesh rank) */
+} mtf_run_state;
+
+/* Builds the program, the communicator and the sessions (the training one only with_training; the eval
+ * session shares its variables). Collective; on failure every rank returns the same error. */
+int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, mtf_error *err);
+void mtf_run_teardown(mtf_run_state *st);
+
+/* A loader over `data` for this rank's rows of the model's [batch, length] inputs. Collective. */
+int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed, int prefetch, mtf_loader **out,
+                        mtf_error *err);
+
+/* The training (or evaluation) session's variables as a checkpoint model. */
+mtf_ckpt_model mtf_run_checkpoint_model(mtf_run_state *st, int training);
+/* RUN_DIR/checkpoints. */
+void mtf_run_checkpoint_dir(const mtf_config *cfg, char *dir, size_t size);
+
+/* Ends the job when a step fails inside the session on this rank (other ranks may be waiting in one of its
+ * collectives): "mtf: rank k: <what>: <message>", exit status 1. */
+_Noreturn void mtf_run_abort(const char *what, const mtf_error *err);
+
+#endif
