@@ -35,4 +35,8 @@ _Noreturn void mtf_world_abort(int code, const char *what, const mtf_error *err)
 /* A communicator over all ranks for `mesh` (whose size must equal the job's). Collective. */
 int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err);
 
+/* The MPI library's name and version, first line only and up to its first comma ("Open MPI v4.1.6");
+ * works before mtf_world_init. */
+void mtf_world_library_version(char *buf, size_t size);
+
 #endif
