@@ -32,6 +32,7 @@ static int eval_option(void *ctx, int opt, const char *value) {
 
 static int eval_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
   const eval_args *eval = ctx;
+  mtf_run_warn_layout_model("eval", cfg);
   return mtf_eval_run(cfg, eval->json, eval->checkpoint, err);
 }
 

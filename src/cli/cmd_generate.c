@@ -47,6 +47,7 @@ static int generate_option(void *ctx, int opt, const char *value) {
 }
 
 static int generate_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
+  mtf_run_warn_layout_model("generate", cfg);
   return mtf_generate_run(cfg, ctx, err);
 }
 

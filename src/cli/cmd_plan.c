@@ -102,6 +102,7 @@ int mtf_cmd_plan(int argc, char **argv) {
   int rc = mtf_run_config_load(&args, cfg, &err);
   if (rc == MTF_OK) rc = mtf_program_build(cfg, 0, &program, &err);
   if (rc == MTF_OK) {
+    mtf_run_warn_layout("plan", program.graph, cfg);
     print_plan(cfg, &program, json);
     mtf_program_free(&program);
   } else {

@@ -36,6 +36,7 @@ static int train_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
     mtf_config_print(cfg, stdout);
     fflush(stdout);
   }
+  mtf_run_warn_layout_model("train", cfg);
   return mtf_train_run(cfg, ctx, err);
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "comm/world.h"
+#include "model/transformer.h"
 #include "run/train.h"
 
 void mtf_run_args_usage(FILE *out) {
@@ -16,7 +17,9 @@ void mtf_run_args_usage(FILE *out) {
           "  CONFIG               a YAML config (see configs/ and the README's config reference)\n"
           "  --set key.path=value override one key, e.g. --set train.steps=50 (repeatable)\n"
           "  --mesh SHAPE         override mesh.shape, e.g. 'b:2;m:2'\n"
-          "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n");
+          "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n"
+          "                       (a rule naming a dimension the model lacks or an axis the mesh lacks is\n"
+          "                       ignored, with a warning)\n");
 }
 
 static int usage_error(const mtf_run_command *command) {
@@ -93,6 +96,30 @@ int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mt
     mtf_world_abort(MTF_EXIT_FAILURE, "sharing the config", &comm_err);
   err->code = rc;
   return rc;
+}
+
+void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg) {
+  if (mtf_world_rank() != 0 || !g) return;
+  mtf_warnings warnings = {0};
+  mtf_layout_check_graph(g, &cfg->mesh_shape, &cfg->layout, &warnings);
+  for (int i = 0; i < warnings.count && i < MTF_WARNINGS_MAX; i++)
+    fprintf(stderr, "mtf %s: warning: %s\n", command, warnings.msg[i]);
+  if (warnings.count > MTF_WARNINGS_MAX)
+    fprintf(stderr, "mtf %s: warning: and %d more layout warnings\n", command, warnings.count - MTF_WARNINGS_MAX);
+  fflush(stderr);
+}
+
+void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg) {
+  if (mtf_world_rank() != 0 || cfg->layout.count == 0) return;
+  mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
+  if (!g) return;
+  mtf_transformer model;
+  mtf_error err;
+  memset(&model, 0, sizeof model);
+  if (mtf_transformer_build(g, &cfg->model, cfg->train.batch, 0.0f, &model, &err) == MTF_OK)
+    mtf_run_warn_layout(command, g, cfg);
+  mtf_transformer_free(&model);
+  mtf_graph_destroy(g);
 }
 
 int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args *args, mtf_run_body body, void *ctx) {

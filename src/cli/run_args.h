@@ -1,7 +1,7 @@
 /* What `mtf train`, `mtf eval`, `mtf generate` and `mtf plan` share: the command line CONFIG [--set
  * key.path=value]... [--mesh SHAPE] [--layout RULES] (plus each command's own options), loading the config
- * with those overrides (on rank 0, then broadcast, for the MPI commands), and the MPI frame of train,
- * eval and generate. Each command lives in its own cmd_<name>.c. */
+ * with those overrides (on rank 0, then broadcast, for the MPI commands), the layout-rule warnings, and
+ * the MPI frame of train, eval and generate. Each command lives in its own cmd_<name>.c. */
 #ifndef MTF_CLI_RUN_ARGS_H
 #define MTF_CLI_RUN_ARGS_H
 
@@ -45,6 +45,13 @@ void mtf_run_args_usage(FILE *out);
 int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
 /* Collective: rank 0 loads; every rank returns its status and message, and the config when it loaded. */
 int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
+
+/* On rank 0, prints "mtf <command>: warning: ..." to stderr for each of cfg's layout rules that names a
+ * dimension no tensor of g has or a mesh axis cfg's mesh lacks (lowering ignores such rules). */
+void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg);
+/* The same against the model of cfg (its forward graph, built on rank 0 without plans). A model that does
+ * not build gives no warning: running it reports why. */
+void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg);
 
 /* What an MPI command does with the config on every rank; returns MTF_OK or an error (err says why),
  * MTF_RUN_INTERRUPTED or MTF_RUN_PREEMPTED. */
