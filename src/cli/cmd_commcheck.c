@@ -3,13 +3,13 @@
  * mesh axes. */
 #define _GNU_SOURCE
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "comm/mpi_comm.h"
+#include "comm/world.h"
+#include "core/clock.h"
 
 static void commcheck_usage(FILE *out) {
   fprintf(out,
@@ -25,11 +25,8 @@ static void commcheck_usage(FILE *out) {
 }
 
 /* A collective failed part-way: other ranks may be blocked in it, so the whole job must come down. */
-static _Noreturn void abort_job(int rank, const mtf_error *err) {
-  fprintf(stderr, "mtf commcheck: rank %d: %s\n", rank, err->msg);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, MTF_EXIT_FAILURE);
-  exit(MTF_EXIT_FAILURE);
+static _Noreturn void abort_job(const mtf_error *err) {
+  mtf_world_abort(MTF_EXIT_FAILURE, "commcheck", err);
 }
 
 /* Checks the group of axis set `axes` against the ranks the mesh says it holds; returns mismatches. */
@@ -41,16 +38,16 @@ static int check_axis_set(mtf_comm *comm, mtf_axis_set axes, mtf_error *err) {
 
   int32_t sum = comm->rank + 1, expected_sum = 0;
   for (int i = 0; i < group_size; i++) expected_sum += expected[i] + 1;
-  if (mtf_comm_allreduce(comm, axes, &sum, &sum, 1, MTF_I32, MTF_REDUCE_SUM, err)) abort_job(comm->rank, err);
+  if (mtf_comm_allreduce(comm, axes, &sum, &sum, 1, MTF_I32, MTF_REDUCE_SUM, err)) abort_job(err);
   failures += sum != expected_sum;
 
   int32_t mine = comm->rank;
   int64_t dims[1] = {1};
-  if (mtf_comm_allgather(comm, axes, &mine, gathered, MTF_I32, 1, dims, 0, err)) abort_job(comm->rank, err);
+  if (mtf_comm_allgather(comm, axes, &mine, gathered, MTF_I32, 1, dims, 0, err)) abort_job(err);
   for (int i = 0; i < group_size; i++) failures += gathered[i] != expected[i];
 
   int32_t root_rank = comm->rank;
-  if (mtf_comm_broadcast(comm, axes, &root_rank, 1, MTF_I32, 0, err)) abort_job(comm->rank, err);
+  if (mtf_comm_broadcast(comm, axes, &root_rank, 1, MTF_I32, 0, err)) abort_job(err);
   failures += root_rank != expected[0];
 
   free(expected);
@@ -93,16 +90,18 @@ int mtf_cmd_commcheck(int argc, char **argv) {
     return MTF_EXIT_USAGE;
   }
 
-  MPI_Init(&argc, &argv);
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   mtf_error err;
+  if (mtf_world_init(&argc, &argv) != MTF_OK) {
+    fprintf(stderr, "mtf commcheck: error: MPI could not be started\n");
+    return MTF_EXIT_FAILURE;
+  }
+  int world_rank = mtf_world_rank();
   mtf_shape mesh;
   mtf_comm *comm = NULL;
   /* Every rank sees the same mesh and job size, so every rank fails alike: rank 0 reports, all leave. */
-  if (mtf_mesh_parse(mesh_text, &mesh, &err) || mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) {
+  if (mtf_mesh_parse(mesh_text, &mesh, &err) || mtf_comm_world_create(&mesh, &comm, &err)) {
     if (world_rank == 0) fprintf(stderr, "mtf commcheck: error: %s\n", err.msg);
-    MPI_Finalize();
+    mtf_world_finalize();
     return MTF_EXIT_FAILURE;
   }
 
@@ -120,16 +119,16 @@ int mtf_cmd_commcheck(int argc, char **argv) {
   for (mtf_axis_set axes = 0; axes < sets; axes++) {
     int failures = check_axis_set(comm, axes, &err);
     if (mtf_comm_allreduce(comm, mtf_mesh_all_axes(&mesh), &failures, &failures, 1, MTF_I32, MTF_REDUCE_SUM, &err))
-      abort_job(comm->rank, &err);
+      abort_job(&err);
     total_failures += failures;
 
-    if (mtf_comm_barrier(comm, &err)) abort_job(comm->rank, &err);
-    double start = MPI_Wtime();
+    if (mtf_comm_barrier(comm, &err)) abort_job(&err);
+    double start = mtf_now_seconds();
     for (long i = 0; i < iters; i++)
-      if (mtf_comm_allreduce(comm, axes, buf, buf, count, MTF_F32, MTF_REDUCE_SUM, &err)) abort_job(comm->rank, &err);
-    double seconds = (MPI_Wtime() - start) / (double)iters;
+      if (mtf_comm_allreduce(comm, axes, buf, buf, count, MTF_F32, MTF_REDUCE_SUM, &err)) abort_job(&err);
+    double seconds = (mtf_now_seconds() - start) / (double)iters;
     if (mtf_comm_allreduce(comm, mtf_mesh_all_axes(&mesh), &seconds, &seconds, 1, MTF_F64, MTF_REDUCE_MAX, &err))
-      abort_job(comm->rank, &err);
+      abort_job(&err);
     if (comm->rank == 0 && mtf_comm_group_size(comm, axes) == 1) {
       char axes_text[128];
       printf("  axes %-12s group of 1    %s  (no communication)\n",
@@ -146,6 +145,6 @@ int mtf_cmd_commcheck(int argc, char **argv) {
   if (comm->rank == 0)
     printf(total_failures ? "commcheck: FAILED: %d mismatches\n" : "commcheck: ok\n", total_failures);
   mtf_comm_destroy(comm);
-  MPI_Finalize();
+  mtf_world_finalize();
   return total_failures ? MTF_EXIT_FAILURE : MTF_EXIT_OK;
 }

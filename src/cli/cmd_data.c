@@ -4,14 +4,13 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
-#include "comm/mpi_comm.h"
+#include "comm/world.h"
+#include "core/clock.h"
 #include "io/dataset.h"
 #include "io/loader.h"
 #include "io/prepare.h"
@@ -247,12 +246,6 @@ static int run_inspect(int argc, char **argv, const data_args *args) {
   return status;
 }
 
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Prints a row as text: byte ids as characters (control bytes escaped), other ids as <id>. */
 static void print_row(const int32_t *row, int64_t count) {
   for (int64_t i = 0; i < count; i++) {
@@ -271,10 +264,11 @@ static int run_check(const data_args *args, int argc, char **argv) {
     return usage_error(NULL);
   if (!args->data || !args->batch || !args->length) return usage_error("check needs --data, --batch and --length");
 
-  MPI_Init(&argc, &argv);
-  int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (mtf_world_init(&argc, &argv) != MTF_OK) {
+    fprintf(stderr, "mtf data check: error: MPI could not be started\n");
+    return MTF_EXIT_FAILURE;
+  }
+  int world_rank = mtf_world_rank(), world_size = mtf_world_size();
   char default_mesh[32];
   snprintf(default_mesh, sizeof default_mesh, "b:%d", world_size);
   mtf_shape mesh;
@@ -285,9 +279,9 @@ static int run_check(const data_args *args, int argc, char **argv) {
   /* Parsing and the job size are the same on every rank, so every rank fails alike here. */
   if (mtf_mesh_parse(args->mesh ? args->mesh : default_mesh, &mesh, &err) ||
       mtf_layout_rules_parse(args->layout ? args->layout : "batch:b", &rules, &err) ||
-      mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) {
+      mtf_comm_world_create(&mesh, &comm, &err)) {
     if (world_rank == 0) fprintf(stderr, "mtf data check: error: %s\n", err.msg);
-    MPI_Finalize();
+    mtf_world_finalize();
     return MTF_EXIT_FAILURE;
   }
   mtf_loader_options opts = {.data = args->data, .batch_size = args->batch, .length = args->length,
@@ -295,7 +289,7 @@ static int run_check(const data_args *args, int argc, char **argv) {
                              .vocab_limit = args->vocab, .comm = comm};
   int rc = mtf_loader_open(&opts, &mesh, &rules, comm->rank, &loader, &err);
   int32_t *tokens = NULL;
-  double start = now_seconds();
+  double start = mtf_now_seconds();
   if (rc == MTF_OK) {
     int64_t local = mtf_loader_local_batch(loader);
     tokens = malloc(sizeof(int32_t) * (size_t)(local * (args->length + 1)));
@@ -311,7 +305,7 @@ static int run_check(const data_args *args, int argc, char **argv) {
       if (rc == MTF_OK && step == 0 && args->show && comm->rank == 0) print_row(tokens, args->length + 1);
     }
   }
-  double seconds = now_seconds() - start;
+  double seconds = mtf_now_seconds() - start;
   if (rc == MTF_OK && comm->rank == 0) {
     mtf_loader_cursor cursor = mtf_loader_cursor_get(loader);
     double tokens_read = (double)args->steps * (double)mtf_loader_local_batch(loader) * (double)(args->length + 1);
@@ -324,7 +318,7 @@ static int run_check(const data_args *args, int argc, char **argv) {
   free(tokens);
   mtf_loader_close(loader);
   mtf_comm_destroy(comm);
-  MPI_Finalize();
+  mtf_world_finalize();
   return rc == MTF_OK ? MTF_EXIT_OK : MTF_EXIT_FAILURE;
 }
 

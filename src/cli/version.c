@@ -1,22 +1,20 @@
 #include <cblas.h>
 #include <hdf5.h>
-#include <mpi.h>
-#include <string.h>
+#include <stddef.h>
 #include <yaml.h>
 
 #include "cli/cli.h"
+#include "comm/world.h"
+
 #ifdef MTF_HAVE_CUDA
-#include "exec/cuda/cuda_info.h"
+/* Defined by the CUDA probe (src/exec/cuda), which is linked into mtf only in a CUDA build: runtime, cuBLAS
+ * and NCCL versions and the visible devices. Declared here so that cli needs no engine header. */
+void mtf_cuda_describe(char *buf, size_t size);
 #endif
 
 void mtf_print_version(FILE *out) {
-  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
-  int len = 0;
-  MPI_Get_library_version(mpi_version, &len);
-  char *newline = strchr(mpi_version, '\n');
-  if (newline) *newline = '\0';
-  char *comma = strchr(mpi_version, ',');
-  if (comma) *comma = '\0';
+  char mpi_version[512];
+  mtf_world_library_version(mpi_version, sizeof mpi_version);
   unsigned h5_major = 0, h5_minor = 0, h5_release = 0;
   H5get_libversion(&h5_major, &h5_minor, &h5_release);
 

@@ -124,3 +124,14 @@ int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err)
 int mtf_comm_self_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err) {
   return mtf_comm_mpi_create(MPI_COMM_SELF, mesh, out, err);
 }
+
+void mtf_world_library_version(char *buf, size_t size) {
+  if (!buf || size == 0) return;
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  version[0] = '\0';
+  MPI_Get_library_version(version, &len);
+  version[MPI_MAX_LIBRARY_VERSION_STRING - 1] = '\0';
+  version[strcspn(version, "\n,")] = '\0';
+  snprintf(buf, size, "%s", version);
+}

@@ -38,4 +38,8 @@ int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err)
  * that each rank runs on its own (benchmarks). Not collective. */
 int mtf_comm_self_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err);
 
+/* The MPI library's name and version, first line only and up to its first comma ("Open MPI v4.1.6");
+ * works before mtf_world_init. */
+void mtf_world_library_version(char *buf, size_t size);
+
 #endif

@@ -9,8 +9,10 @@
 
 #include "core/mesh.h"
 #include "core/mesh_yaml.h"
+#include "mtf.h"
 
-typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_TEXT, KEY_CHOICE, KEY_MESH, KEY_PATH } key_type;
+/* KEY_BACKEND: a backend kind, which must be built in (mtf_backend_check). */
+typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_TEXT, KEY_CHOICE, KEY_MESH, KEY_PATH, KEY_BACKEND } key_type;
 
 typedef struct key_spec {
   const char *path; /* section.key */
@@ -66,8 +68,9 @@ static const key_spec schema[] = {
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
-    {"backend.kind", KEY_CHOICE, F(backend), "cpu", 0, 0, "cpu", "compute backend"},
-    {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL, "BLAS threads per rank (0 = OpenBLAS default)"},
+    {"backend.kind", KEY_BACKEND, F(backend), "cpu", 0, 0, NULL, "compute backend (one of those built in)"},
+    {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL,
+     "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};
@@ -152,6 +155,15 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
     case KEY_MESH: {
       int rc = mtf_mesh_parse(text, (mtf_shape *)field, err);
       return rc ? mtf_error_prefix(err, "%s%s", where, spec->path) : MTF_OK;
+    }
+    case KEY_BACKEND: {
+      if (strlen(text) >= MTF_CONFIG_TEXT)
+        return mtf_error_set(err, MTF_ERR_INVALID, "%s%s: the value is longer than %d characters", where, spec->path,
+                             MTF_CONFIG_TEXT - 1);
+      int rc = mtf_backend_check(text, err);
+      if (rc) return mtf_error_prefix(err, "%s%s", where, spec->path);
+      snprintf(field, MTF_CONFIG_TEXT, "%s", *text ? text : "cpu");
+      return MTF_OK;
     }
   }
   return MTF_OK;
@@ -316,7 +328,8 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
       case KEY_INT: fprintf(out, "%lld", (long long)*(const int64_t *)field); break;
       case KEY_FLOAT: fprintf(out, "%.17g", *(const double *)field); break;
       case KEY_BOOL: fprintf(out, "%s", *(const int *)field ? "true" : "false"); break;
-      case KEY_CHOICE: fprintf(out, "%s", field); break;
+      case KEY_CHOICE:
+      case KEY_BACKEND: fprintf(out, "%s", field); break;
       case KEY_TEXT:
       case KEY_PATH: fprintf(out, "\"%s\"", field); break;
       case KEY_MESH: {

@@ -2,8 +2,8 @@
  * "Config reference"). Every key is declared once in a schema (config.c) with its type, default, range
  * and help; parsing, `--set key.path=value` overrides, validation and printing the resolved config all
  * follow that table. Errors say file:line:column, the key, what is wrong and how to fix it; an unknown
- * key gets a "did you mean". Pure C + libyaml, no MPI (callers parse on rank 0 and broadcast the struct,
- * which holds no pointers). */
+ * key gets a "did you mean"; backend.kind must name a backend built in (mtf_backend_check). Pure C +
+ * libyaml, no MPI calls (callers parse on rank 0 and broadcast the struct, which holds no pointers). */
 #ifndef MTF_CONFIG_CONFIG_H
 #define MTF_CONFIG_CONFIG_H
 
@@ -44,8 +44,8 @@ typedef struct mtf_config {
   mtf_train_config train;
   char data_train[MTF_CONFIG_PATH], data_eval[MTF_CONFIG_PATH];
   char run_dir[MTF_CONFIG_PATH];
-  char backend[MTF_CONFIG_TEXT]; /* cpu */
-  int64_t threads;               /* BLAS threads per rank; 0 = leave OpenBLAS's default */
+  char backend[MTF_CONFIG_TEXT]; /* backend.kind: cpu (mtf_backend_kinds()) */
+  int64_t threads;               /* compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it */
 } mtf_config;
 
 /* Defaults for every key. */

@@ -1,0 +1,141 @@
+/* The command line and config shared by train, eval, generate and plan (run_args.h). The config is read on
+ * rank 0 (with --set/--mesh/--layout overrides) and broadcast; a bad config fails on every rank with rank
+ * 0's message. */
+#define _GNU_SOURCE
+#include "cli/run_args.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "comm/world.h"
+#include "model/transformer.h"
+#include "run/train.h"
+
+void mtf_run_args_usage(FILE *out) {
+  fprintf(out,
+          "  CONFIG               a YAML config (see configs/ and the README's config reference)\n"
+          "  --set key.path=value override one key, e.g. --set train.steps=50 (repeatable)\n"
+          "  --mesh SHAPE         override mesh.shape, e.g. 'b:2;m:2'\n"
+          "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n"
+          "                       (a rule naming a dimension the model lacks or an axis the mesh lacks is\n"
+          "                       ignored, with a warning)\n");
+}
+
+static int usage_error(const mtf_run_command *command) {
+  command->usage(stderr);
+  return MTF_EXIT_USAGE;
+}
+
+int mtf_run_args_parse(int argc, char **argv, const mtf_run_command *command, mtf_run_args *args) {
+  static const struct option shared[] = {{"set", required_argument, 0, 's'},
+                                         {"mesh", required_argument, 0, 'm'},
+                                         {"layout", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'}};
+  enum { SHARED = sizeof shared / sizeof shared[0] };
+  struct option options[SHARED + MTF_RUN_MAX_OPTIONS + 1];
+  memset(options, 0, sizeof options);
+  memcpy(options, shared, sizeof shared);
+  int n = SHARED;
+  for (const struct option *o = command->options; o && o->name && n < SHARED + MTF_RUN_MAX_OPTIONS; o++)
+    options[n++] = *o;
+
+  memset(args, 0, sizeof *args);
+  int opt;
+  optind = 1;
+  while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    switch (opt) {
+      case 's':
+        if (args->n_sets == MTF_RUN_MAX_SETS) {
+          fprintf(stderr, "mtf %s: at most %d --set options\n", command->name, MTF_RUN_MAX_SETS);
+          return MTF_EXIT_USAGE;
+        }
+        args->sets[args->n_sets++] = optarg;
+        break;
+      case 'm': args->mesh = optarg; break;
+      case 'l': args->layout = optarg; break;
+      case 'h': command->usage(stdout); return MTF_RUN_ARGS_HELP;
+      case '?': return usage_error(command);
+      default: {
+        int status = command->handle ? command->handle(command->ctx, opt, optarg) : MTF_EXIT_USAGE;
+        if (status != MTF_EXIT_OK) return usage_error(command);
+      }
+    }
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "mtf %s: %s\n\n", command->name, optind >= argc ? "a CONFIG file is required" : "only one CONFIG file");
+    return usage_error(command);
+  }
+  args->config_path = argv[optind];
+  return MTF_EXIT_OK;
+}
+
+int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *err) {
+  mtf_config_defaults(cfg);
+  MTF_CHECK(mtf_config_load_file(cfg, args->config_path, err));
+  for (int i = 0; i < args->n_sets; i++) MTF_CHECK(mtf_config_set(cfg, args->sets[i], err));
+  char assignment[MTF_CONFIG_PATH + 16];
+  if (args->mesh) {
+    snprintf(assignment, sizeof assignment, "mesh.shape=%s", args->mesh);
+    MTF_CHECK(mtf_config_set(cfg, assignment, err));
+  }
+  if (args->layout) {
+    snprintf(assignment, sizeof assignment, "mesh.layout=%s", args->layout);
+    MTF_CHECK(mtf_config_set(cfg, assignment, err));
+  }
+  return mtf_config_validate(cfg, err);
+}
+
+int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err) {
+  int rc = MTF_OK;
+  mtf_error_clear(err);
+  if (mtf_world_rank() == 0) rc = mtf_run_config_load(args, cfg, err);
+  mtf_error comm_err;
+  if (mtf_world_broadcast(&rc, sizeof rc, 0, &comm_err) || mtf_world_broadcast(err->msg, sizeof err->msg, 0, &comm_err) ||
+      (rc == MTF_OK && mtf_world_broadcast(cfg, sizeof *cfg, 0, &comm_err)))
+    mtf_world_abort(MTF_EXIT_FAILURE, "sharing the config", &comm_err);
+  err->code = rc;
+  return rc;
+}
+
+void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg) {
+  if (mtf_world_rank() != 0 || !g) return;
+  mtf_warnings warnings = {0};
+  mtf_layout_check_graph(g, &cfg->mesh_shape, &cfg->layout, &warnings);
+  for (int i = 0; i < warnings.count && i < MTF_WARNINGS_MAX; i++)
+    fprintf(stderr, "mtf %s: warning: %s\n", command, warnings.msg[i]);
+  if (warnings.count > MTF_WARNINGS_MAX)
+    fprintf(stderr, "mtf %s: warning: and %d more layout warnings\n", command, warnings.count - MTF_WARNINGS_MAX);
+  fflush(stderr);
+}
+
+void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg) {
+  if (mtf_world_rank() != 0 || cfg->layout.count == 0) return;
+  mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
+  if (!g) return;
+  mtf_transformer model;
+  mtf_error err;
+  memset(&model, 0, sizeof model);
+  if (mtf_transformer_build(g, &cfg->model, cfg->train.batch, 0.0f, &model, &err) == MTF_OK)
+    mtf_run_warn_layout(command, g, cfg);
+  mtf_transformer_free(&model);
+  mtf_graph_destroy(g);
+}
+
+int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args *args, mtf_run_body body, void *ctx) {
+  if (mtf_world_init(argc, argv) != MTF_OK) {
+    fprintf(stderr, "mtf %s: error: MPI could not be started\n", command);
+    return MTF_EXIT_FAILURE;
+  }
+  mtf_config *cfg = calloc(1, sizeof *cfg);
+  if (!cfg) mtf_world_abort(MTF_EXIT_FAILURE, "out of memory for the config", NULL);
+  mtf_error err;
+  int rc = mtf_run_config_load_collective(args, cfg, &err);
+  if (rc == MTF_OK) rc = body(cfg, ctx, &err);
+  int stopped = rc == MTF_RUN_INTERRUPTED || rc == MTF_RUN_PREEMPTED;
+  if (rc != MTF_OK && mtf_world_rank() == 0)
+    fprintf(stderr, stopped ? "mtf %s: %s\n" : "mtf %s: error: %s\n", command, err.msg);
+  free(cfg);
+  mtf_world_finalize();
+  return rc == MTF_OK ? MTF_EXIT_OK : stopped ? rc : MTF_EXIT_FAILURE;
+}

@@ -1,0 +1,64 @@
+/* What `mtf train`, `mtf eval`, `mtf generate` and `mtf plan` share: the command line CONFIG [--set
+ * key.path=value]... [--mesh SHAPE] [--layout RULES] (plus each command's own options), loading the config
+ * with those overrides (on rank 0, then broadcast, for the MPI commands), the layout-rule warnings, and
+ * the MPI frame of train, eval and generate. Each command lives in its own cmd_<name>.c. */
+#ifndef MTF_CLI_RUN_ARGS_H
+#define MTF_CLI_RUN_ARGS_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "mtf.h"
+
+#define MTF_RUN_MAX_SETS 64
+#define MTF_RUN_MAX_OPTIONS 16
+/* mtf_run_args_parse's result after printing --help: the command exits 0. */
+#define MTF_RUN_ARGS_HELP (-1)
+
+typedef struct mtf_run_args {
+  const char *config_path;
+  const char *sets[MTF_RUN_MAX_SETS]; /* --set key.path=value, in order */
+  int n_sets;
+  const char *mesh, *layout; /* --mesh, --layout (NULL: the config's) */
+} mtf_run_args;
+
+/* A command's own options, on top of the shared CONFIG, --set, --mesh, --layout and -h/--help. */
+typedef struct mtf_run_command {
+  const char *name;         /* "train" */
+  void (*usage)(FILE *out); /* the command's whole --help text */
+  /* getopt_long entries ending in {0, 0, 0, 0}, at most MTF_RUN_MAX_OPTIONS, or NULL; their values must
+   * differ from 's', 'm', 'l' and 'h', which the shared options use. */
+  const struct option *options;
+  /* Stores one of them; returns MTF_EXIT_OK, or MTF_EXIT_USAGE after saying why on stderr. */
+  int (*handle)(void *ctx, int opt, const char *value);
+  void *ctx;
+} mtf_run_command;
+
+/* Parses argv (argv[0] is the command's name). Returns MTF_EXIT_OK; MTF_EXIT_USAGE after printing the
+ * reason and the usage to stderr; or MTF_RUN_ARGS_HELP after printing the usage to stdout. */
+int mtf_run_args_parse(int argc, char **argv, const mtf_run_command *command, mtf_run_args *args);
+/* The usage lines of the shared arguments (CONFIG, --set, --mesh, --layout). */
+void mtf_run_args_usage(FILE *out);
+
+/* Reads the config file, applies --set, --mesh and --layout, and validates (one process). */
+int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
+/* Collective: rank 0 loads; every rank returns its status and message, and the config when it loaded. */
+int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
+
+/* On rank 0, prints "mtf <command>: warning: ..." to stderr for each of cfg's layout rules that names a
+ * dimension no tensor of g has or a mesh axis cfg's mesh lacks (lowering ignores such rules). */
+void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg);
+/* The same against the model of cfg (its forward graph, built on rank 0 without plans). A model that does
+ * not build gives no warning: running it reports why. */
+void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg);
+
+/* What an MPI command does with the config on every rank; returns MTF_OK or an error (err says why),
+ * MTF_RUN_INTERRUPTED or MTF_RUN_PREEMPTED. */
+typedef int (*mtf_run_body)(const mtf_config *cfg, void *ctx, mtf_error *err);
+/* The frame of train, eval and generate: starts MPI, loads the config collectively, runs body on every
+ * rank, prints its error on rank 0 ("mtf <command>: error: ...") and ends MPI. Returns the exit status:
+ * 0, 1, or the body's MTF_RUN_INTERRUPTED / MTF_RUN_PREEMPTED. */
+int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args *args, mtf_run_body body, void *ctx);
+
+#endif
