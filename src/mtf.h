@@ -213,6 +213,9 @@ int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *s
 /* The same for int32 inputs (mtf_input_int). */
 int mtf_session_set_input_int(mtf_session *s, mtf_tensor input, const int32_t *full, mtf_error *err);
 int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int32_t *slice, mtf_error *err);
+/* Runs the plan once. A failure on one rank of a multi-rank session ends the whole job at once with
+ * "mtf: rank k: <message>" on stderr (its peers may be waiting in the plan's next collective); on a
+ * one-rank session it returns the error. */
 int mtf_session_run(mtf_session *s, mtf_error *err);
 /* A fetched tensor (or variable) as the whole logical tensor, on every rank. Collective: every rank of
  * the mesh must call it, in the same order. */

@@ -28,7 +28,7 @@ typedef struct key_spec {
 #define BIG 1e18
 
 static const key_spec schema[] = {
-    {"model.vocab", KEY_INT, F(model.vocab), "256", 2, 1 << 24, NULL, "vocabulary size (token ids 0..vocab-1)"},
+    {"model.vocab", KEY_INT, F(model.vocab), "256", 2, INT32_MAX, NULL, "vocabulary size (token ids 0..vocab-1)"},
     {"model.d_model", KEY_INT, F(model.d_model), "64", 1, 1 << 20, NULL, "model width"},
     {"model.d_ff", KEY_INT, F(model.d_ff), "256", 1, 1 << 22, NULL, "feed-forward hidden width"},
     {"model.heads", KEY_INT, F(model.heads), "4", 1, 1 << 16, NULL, "attention heads"},

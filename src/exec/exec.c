@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/world.h"
 #include "core/clock.h"
 #include "exec/backend.h"
 
@@ -310,7 +311,12 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
     int rc = run_step(s, st, err);
-    if (rc) return mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
+    if (rc) {
+      mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
+      /* The other ranks may already wait in this plan's next collective: end the job with the reason. */
+      if (s->comm->size > 1) mtf_world_abort(1, "mtf_session_run", err);
+      return rc;
+    }
     if (s->options.poison_freed)
       for (int k = s->poison_start[i]; k < s->poison_start[i + 1]; k++) {
         const mtf_buffer *b = &p->buffers[s->poison_list[k]];

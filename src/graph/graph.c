@@ -22,6 +22,7 @@ void mtf_graph_destroy(mtf_graph *g) {
   free(g->nodes);
   free(g->assigns);
   free(g->variables);
+  free(g->variable_index);
   free(g);
 }
 
@@ -98,15 +99,44 @@ const char *mtf_tensor_name(const mtf_graph *g, mtf_tensor t) {
   return t >= 0 && t < g->n_nodes ? g->nodes[t].name : "(no tensor)";
 }
 
+/* The hash slot of `name`: where it is, or the empty slot where it would go. */
+static int variable_slot(const mtf_graph *g, const char *name) {
+  unsigned mask = (unsigned)g->cap_index - 1, i = (unsigned)mtf_name_hash(name) & mask;
+  while (g->variable_index[i] >= 0 && strcmp(g->nodes[g->variable_index[i]].name, name) != 0) i = (i + 1) & mask;
+  return (int)i;
+}
+
+/* Keeps the variable index at most half full. */
+static int index_variable(mtf_graph *g, int id) {
+  if (2 * (g->n_variables + 1) > g->cap_index) {
+    int cap = g->cap_index ? 2 * g->cap_index : 256;
+    int *slots = malloc(sizeof(int) * (size_t)cap);
+    if (!slots) return 0;
+    free(g->variable_index);
+    g->variable_index = slots;
+    g->cap_index = cap;
+    for (int i = 0; i < cap; i++) slots[i] = -1;
+    for (int v = 0; v < g->n_variables; v++) slots[variable_slot(g, g->nodes[g->variables[v]].name)] = g->variables[v];
+  }
+  g->variable_index[variable_slot(g, g->nodes[id].name)] = id;
+  return 1;
+}
+
 mtf_tensor mtf_find_variable(const mtf_graph *g, const char *name) {
-  for (int i = 0; i < g->n_variables; i++)
-    if (strcmp(g->nodes[g->variables[i]].name, name) == 0) return g->variables[i];
-  return MTF_NO_TENSOR;
+  if (!g->cap_index) return MTF_NO_TENSOR;
+  int found = g->variable_index[variable_slot(g, name)];
+  return found >= 0 ? found : MTF_NO_TENSOR;
 }
 
 mtf_tensor mtf_set_name(mtf_graph *g, mtf_tensor t, const char *name) {
   if (!mtf_graph_check(g, t, "set_name")) return MTF_NO_TENSOR;
   snprintf(g->nodes[t].name, sizeof g->nodes[t].name, "%s", name);
+  if (g->nodes[t].kind == MTF_OP_VARIABLE) { /* its name is its key: rebuild the index */
+    free(g->variable_index);
+    g->variable_index = NULL;
+    g->cap_index = 0;
+    if (!index_variable(g, t)) return mtf_graph_fail(g, MTF_ERR_NOMEM, "graph: out of memory");
+  }
   return t;
 }
 
@@ -114,6 +144,8 @@ static mtf_tensor named_source(mtf_graph *g, mtf_op_kind kind, const char *name,
                                const mtf_op_params *params) {
   int id = mtf_graph_add_op(g, kind, 0, NULL, params, shape);
   if (id >= 0 && name) snprintf(g->nodes[id].name, sizeof g->nodes[id].name, "%s", name);
+  if (id >= 0 && kind == MTF_OP_VARIABLE && !index_variable(g, id))
+    return mtf_graph_fail(g, MTF_ERR_NOMEM, "graph: out of memory at %d variables", g->n_variables);
   return id;
 }
 

@@ -82,6 +82,8 @@ struct mtf_graph {
   int n_assigns, cap_assigns;
   int *variables; /* node ids of the variables, in creation order */
   int n_variables, cap_variables;
+  int *variable_index; /* open-addressing hash of variable names -> node id (-1 empty), cap_index slots */
+  int cap_index;
   mtf_error error; /* first builder error, sticky */
 };
 
