@@ -29,6 +29,9 @@ uint64_t mtf_rng_below(mtf_rng *rng, uint64_t bound);
 uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index);
 double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index); /* in (0, 1) */
 double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index);    /* Box-Muller over two uniforms */
+/* The key of a random op in run `run` (dropout differs per step, yet not per layout). */
+static inline uint64_t mtf_run_key(uint64_t key, uint64_t run) { return key + run * 0x9e3779b97f4a7c15ULL; }
+
 /* A stream key from a name (FNV-1a), so a variable's values follow its name, not its creation order. */
 uint64_t mtf_name_hash(const char *name);
 

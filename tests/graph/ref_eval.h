@@ -15,4 +15,10 @@ typedef struct ref_values {
 ref_values ref_evaluate(const mtf_graph *g, double **inputs, double **overrides);
 void ref_free(ref_values *v);
 
+/* Autodiff checked in double precision: the worst |central difference - ref[grad]| / max(1, |ref[grad]|)
+ * over the elements of variable `var`, where ref holds the reference values of the whole graph (with the
+ * same inputs) and loss is a scalar. */
+double ref_gradient_error(const mtf_graph *g, mtf_tensor loss, mtf_tensor var, mtf_tensor grad, double **inputs,
+                          double *const *ref);
+
 #endif

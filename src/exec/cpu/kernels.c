@@ -205,7 +205,7 @@ static int k_one_hot(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 
 static int k_random_keep(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
-  random_keep(st->seed, st->params.random.key + a->random_offset * 0x9e3779b97f4a7c15ULL, st->params.random.keep,
+  random_keep(st->seed, mtf_run_key(st->params.random.key, a->random_offset), st->params.random.keep,
               st->global_dims, &st->out_shape, st->offsets, F(a->out));
   return MTF_OK;
 }
