@@ -193,8 +193,9 @@ typedef struct mtf_session mtf_session;
 
 typedef struct mtf_session_options {
   int poison_freed; /* fill buffers with NaN when their last reader is done (checks the memory plan) */
-  /* Use this session's variables (same graph, same mesh and layout) instead of new ones: e.g. an eval
-   * plan next to the training plan. Variables the other session lacks are created. */
+  /* Use this session's variables (same graph, same mesh and layout, same backend) instead of new ones: e.g.
+   * an eval plan next to the training plan. Variables the other session lacks are created. The other
+   * session must be destroyed after this one (destroying it first aborts with a message). */
   const struct mtf_session *share_variables_with;
   const char *backend; /* backend kind (mtf_backend_check); NULL or "" = "cpu" */
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
@@ -217,7 +218,7 @@ int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int3
  * "mtf: rank k: <message>" on stderr (its peers may be waiting in the plan's next collective); on a
  * one-rank session it returns the error. */
 int mtf_session_run(mtf_session *s, mtf_error *err);
-/* A fetched tensor (or variable) as the whole logical tensor, on every rank. Collective: every rank of
+/* A fetched tensor (or variable or input) as the whole logical tensor, on every rank. Collective: every rank of
  * the mesh must call it, in the same order. */
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err);
 /* This rank's slice of a fetched tensor or a variable (not collective), in the backend's memory: host

@@ -4,6 +4,7 @@
  * fetches) crosses into backend memory only through upload and download. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@ struct mtf_session {
   mtf_comm *comm;
   mtf_backend *backend;
   int owns_backend;
+  struct mtf_session *owner; /* the session whose variables (and backend) this one shares, or NULL */
+  int borrowers;             /* sessions sharing this one's variables */
   mtf_session_options options;
   char *arena;
   void **variables; /* by storage slot */
@@ -99,6 +102,11 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
     const mtf_buffer *buf = &plan->buffers[b];
     if (buf->kind == MTF_BUF_ARENA) continue;
     if (buf->kind == MTF_BUF_VARIABLE && other && other->plan->value_buffer[buf->node] >= 0) {
+      const mtf_tensor_layout *mine = &plan->layouts[buf->node], *theirs = &other->plan->layouts[buf->node];
+      if (memcmp(mine->mesh_axis, theirs->mesh_axis, sizeof mine->mesh_axis) != 0)
+        return mtf_error_set(err, MTF_ERR_INVALID, "session: variable '%s' is laid out differently in the session whose "
+                             "variables it shares; shared variables need the same layout rules",
+                             plan->graph->nodes[buf->node].name);
       s->variables[buf->offset] = buffer_data(other, other->plan->value_buffer[buf->node]);
       s->borrowed[buf->offset] = 1;
       continue;
@@ -145,7 +153,15 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
   s->options = opts;
   int rc;
   if (other) {
+    const char *kind = opts.backend && opts.backend[0] ? opts.backend : "cpu";
+    if (strcmp(kind, other->backend->name) != 0) {
+      free(s);
+      return mtf_error_set(err, MTF_ERR_INVALID, "session: backend '%s' cannot share the variables of a session on "
+                           "backend '%s'", kind, other->backend->name);
+    }
     s->backend = other->backend; /* variables live in its memory */
+    s->owner = (mtf_session *)other;
+    s->owner->borrowers++;
   } else {
     rc = mtf_backend_create(opts.backend, opts.threads, &s->backend, err);
     if (rc) {
@@ -165,6 +181,13 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
 
 void mtf_session_destroy(mtf_session *s) {
   if (!s) return;
+  if (s->borrowers > 0) {
+    /* Their variables and backend are this session's memory: destroying it first would leave them dangling. */
+    fprintf(stderr, "mtf: mtf_session_destroy: %d session(s) still share this session's variables; destroy them "
+            "first\n", s->borrowers);
+    abort();
+  }
+  if (s->owner) s->owner->borrowers--;
   mtf_backend *be = s->backend;
   if (be) {
     if (s->variables)
@@ -331,6 +354,18 @@ static int value_buffer(const mtf_session *s, mtf_tensor t) {
   return t >= 0 && t < p->graph->n_nodes ? p->value_buffer[t] : -1;
 }
 
+/* The buffer of a tensor whose value is defined after a run: a fetch, a variable or an input (other
+ * arena buffers are reused by the memory plan, or may hold partial sums). */
+static int result_buffer(const mtf_session *s, mtf_tensor t, const char *op, mtf_error *err) {
+  int b = value_buffer(s, t);
+  if (b < 0) return -mtf_error_set(err, MTF_ERR_INVALID, "%s: tensor %d is not computed by this plan", op, t);
+  const mtf_buffer *buf = &s->plan->buffers[b];
+  if (buf->kind == MTF_BUF_ARENA && buf->last_step != INT_MAX)
+    return -mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' is not one of the plan's fetches or variables", op,
+                          s->plan->graph->nodes[t].name);
+  return b;
+}
+
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
   int b = value_buffer(s, t);
   return b >= 0 ? buffer_data(s, b) : NULL;
@@ -344,8 +379,8 @@ float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
 }
 
 int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err) {
-  int b = value_buffer(s, t);
-  if (b < 0) return mtf_error_set(err, MTF_ERR_INVALID, "read_slice: tensor %d is not computed by this plan", t);
+  int b = result_buffer(s, t, "read_slice", err);
+  if (b < 0) return -b;
   int rc = s->backend->mem->download(s->backend, out, buffer_data(s, b), (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "read_slice: download failed") : MTF_OK;
 }
@@ -360,8 +395,8 @@ int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slic
 
 int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err) {
   const mtf_plan *p = s->plan;
-  int b = value_buffer(s, t);
-  if (b < 0) return mtf_error_set(err, MTF_ERR_INVALID, "fetch: tensor %d is not computed by this plan", t);
+  int b = result_buffer(s, t, "fetch", err);
+  if (b < 0) return -b;
   const mtf_tensor_layout *layout = &p->layouts[t];
   mtf_shape shape = mtf_layout_slice_shape(layout, &p->mesh);
   int64_t dims[MTF_MAX_RANK], total = mtf_shape_num_elements(&layout->shape);

@@ -129,7 +129,8 @@ static int materialize(lowering *lw, int node) {
 static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int d, int axis) {
   mtf_shape gathered = *shape;
   gathered.dims[d].size *= lw->plan->mesh.dims[axis].size;
-  int out = new_buffer(lw, MTF_BUF_ARENA, &gathered, node);
+  mtf_dtype dtype = lw->plan->buffers[*buffer].dtype;
+  int out = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
   if (out < 0) return -out;
   mtf_step s = one_input_step(MTF_STEP_ALLGATHER, node, *buffer, shape, out, &gathered);
   s.axes = 1u << axis;
@@ -137,7 +138,7 @@ static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int
   int64_t outer = 1;
   for (int e = 0; e < d; e++) outer *= shape->dims[e].size;
   if (outer > 1) { /* the blocks arrive one after another and are reordered from scratch */
-    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, lw->g->nodes[node].dtype);
+    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
     if (s.scratch < 0) return -s.scratch;
   }
   count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));

@@ -33,7 +33,9 @@ typedef enum mtf_step_kind {
 typedef enum mtf_phase {
   MTF_PHASE_WHOLE = 0,
   MTF_PHASE_MAX,   /* per-row max over the dim (softmax, xent) */
-  MTF_PHASE_STATS, /* per-row sums given the max (softmax: sum exp; xent: sum exp and target; norms: sums) */
+  MTF_PHASE_SUM,   /* per-row sum over the dim (layer norm: for the mean) */
+  MTF_PHASE_STATS, /* per-row sums given the first statistic (softmax: sum exp; xent: sum exp and the target
+                    * logit; layer norm: sum of squares about the mean; RMS norm: sum of squares) */
   MTF_PHASE_APPLY, /* the result from the input and the allreduced statistics */
 } mtf_phase;
 

@@ -64,6 +64,7 @@ mtf_tensor mtf_logsumexp(mtf_graph *g, mtf_tensor x, const char *dim) {
 }
 
 static int einsum_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 1)) return g->error.code;
   mtf_shape all;
   memset(&all, 0, sizeof all);
   for (int i = 0; i < n->n_inputs; i++)
@@ -150,6 +151,7 @@ const mtf_op_def mtf_op_einsum = {"einsum", MTF_DIM_NONE, einsum_infer, einsum_g
                                   einsum_reference};
 
 static int reduce_max_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
   n->dtype = MTF_F32;
   return mtf_op_dims_within(g, &n->shape, &g->nodes[n->inputs[0]].shape, "reduce_max", "output") ? MTF_OK
                                                                                                  : g->error.code;

@@ -25,6 +25,7 @@ mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_
 mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_GELU, 0, 0); }
 
 static int same_shape_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
   n->shape = g->nodes[n->inputs[0]].shape;
   n->dtype = MTF_F32;
   return MTF_OK;
@@ -109,6 +110,7 @@ mtf_tensor mtf_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_bina
 mtf_tensor mtf_less_equal(mtf_graph *g, mtf_tensor a, mtf_tensor b) { return mtf_binary(g, a, b, MTF_BIN_LESS_EQUAL); }
 
 static int union_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 1)) return g->error.code;
   n->dtype = MTF_F32;
   return mtf_op_union_shape(g, &g->nodes[n->inputs[0]].shape, &g->nodes[n->inputs[1]].shape, &n->shape,
                             "elementwise op") ? MTF_OK : g->error.code;
@@ -196,6 +198,7 @@ mtf_tensor mtf_causal_mask(mtf_graph *g, mtf_tensor x, const char *query_dim, co
 
 static int masked_fill_infer(mtf_graph *g, mtf_node *n) {
   const mtf_shape *x = &g->nodes[n->inputs[0]].shape, *mask = &g->nodes[n->inputs[1]].shape;
+  if (!mtf_op_float_inputs(g, n, 0, 1)) return g->error.code;
   if (!mtf_op_dims_within(g, mask, x, "masked_fill", "mask")) return g->error.code;
   n->shape = *x;
   n->dtype = MTF_F32;
@@ -247,6 +250,7 @@ mtf_tensor mtf_broadcast(mtf_graph *g, mtf_tensor x, const mtf_shape *output_sha
 }
 
 static int broadcast_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
   n->dtype = MTF_F32;
   return mtf_op_dims_within(g, &g->nodes[n->inputs[0]].shape, &n->shape, "broadcast", "input") ? MTF_OK
                                                                                                  : g->error.code;

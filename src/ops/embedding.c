@@ -23,7 +23,8 @@ mtf_tensor mtf_gather(mtf_graph *g, mtf_tensor table, mtf_tensor ids, const char
 }
 
 static int gather_infer(mtf_graph *g, mtf_node *n) {
-  if (!mtf_op_needs_dim(g, n, 0, n->params.along.dim, "gather") || !ids_ok(g, n->inputs[1], "gather"))
+  if (!mtf_op_float_inputs(g, n, 0, 0) || !mtf_op_needs_dim(g, n, 0, n->params.along.dim, "gather") ||
+      !ids_ok(g, n->inputs[1], "gather"))
     return g->error.code;
   mtf_shape rest;
   mtf_error err;
@@ -44,7 +45,7 @@ mtf_tensor mtf_scatter_add(mtf_graph *g, mtf_tensor rows, mtf_tensor ids, const 
 }
 
 static int scatter_infer(mtf_graph *g, mtf_node *n) {
-  if (!ids_ok(g, n->inputs[1], "scatter_add")) return g->error.code;
+  if (!mtf_op_float_inputs(g, n, 0, 0) || !ids_ok(g, n->inputs[1], "scatter_add")) return g->error.code;
   if (!mtf_shape_has(&n->shape, n->params.along.dim))
     return mtf_graph_fail(g, MTF_ERR_INVALID, "scatter_add: the table has no dimension '%s'", n->params.along.dim),
            g->error.code;

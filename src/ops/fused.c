@@ -53,6 +53,7 @@ mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor
 }
 
 static int along_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
   if (!mtf_op_needs_dim(g, n, 0, n->params.along.dim, mtf_op(n->kind)->name)) return g->error.code;
   n->shape = g->nodes[n->inputs[0]].shape;
   n->dtype = MTF_F32;
@@ -61,6 +62,7 @@ static int along_infer(mtf_graph *g, mtf_node *n) {
 
 static int xent_infer(mtf_graph *g, mtf_node *n) {
   const char *dim = n->params.xent.dim;
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
   if (!mtf_op_needs_dim(g, n, 0, dim, "softmax_cross_entropy")) return g->error.code;
   mtf_error err;
   mtf_shape rows;
@@ -145,45 +147,44 @@ static mtf_shape pair_of(const mtf_shape *rows) {
   return s;
 }
 
+/* Split dim: a first per-row statistic (max, or sum for layer norm) allreduced, then per-row sums given it
+ * allreduced (one [2, rows] buffer for cross-entropy), then the result. Two rounds for layer norm keep its
+ * variance a sum of squares about the mean (a one-pass E[x^2] - mean^2 cancels when |mean| >> std). */
 static int phased_lower(mtf_lowering *lw, int node) {
   const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
   const char *dim = n->params.along.dim;
   int axis = mtf_lowering_split_axis(lw, n->inputs[0], dim);
   if (axis < 0) return mtf_lower_local(lw, node, 0);
   mtf_axis_set group = 1u << axis;
-  int x, labels = -1, max = -1, stats;
+  int xent = n->kind == MTF_OP_SOFTMAX_XENT, rms = n->kind == MTF_OP_RMS_NORM, layer = n->kind == MTF_OP_LAYER_NORM;
+  int x, labels = -1, first = -1, stats, out;
   mtf_shape xs, ls;
   MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
-  if (n->kind == MTF_OP_SOFTMAX_XENT) MTF_CHECK(mtf_lower_input(lw, node, 1, &labels, &ls));
-  mtf_shape rows = without(&xs, dim), pair = pair_of(&rows);
-  mtf_dtype f32[3] = {MTF_F32, MTF_F32, MTF_F32};
-  int is_norm = n->kind == MTF_OP_LAYER_NORM || n->kind == MTF_OP_RMS_NORM;
-  if (!is_norm) {
-    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_MAX, 1, &x, &xs, f32, &rows, &max));
-    MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, max, &rows, group, MTF_REDUCE_MAX));
+  if (xent) MTF_CHECK(mtf_lower_input(lw, node, 1, &labels, &ls));
+  mtf_shape rows = without(&xs, dim), pair = pair_of(&rows), out_shape = mtf_lowering_local_shape(lw, node);
+  mtf_dtype types[3] = {MTF_F32, MTF_F32, xent ? mtf_lowering_graph(lw)->nodes[n->inputs[1]].dtype : MTF_F32};
+  if (!rms) {
+    MTF_CHECK(mtf_lower_phase(lw, node, layer ? MTF_PHASE_SUM : MTF_PHASE_MAX, 1, &x, &xs, types, &rows, &first));
+    MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, first, &rows, group, layer ? MTF_REDUCE_SUM : MTF_REDUCE_MAX));
   }
-  int stats_in[3] = {x, max, labels};
+  int stats_in[3] = {x, first, labels};
   mtf_shape stats_shapes[3] = {xs, rows, rows};
-  mtf_dtype stats_types[3] = {MTF_F32, MTF_F32, mtf_lowering_graph(lw)->nodes[n->inputs[n->n_inputs - 1]].dtype};
-  int n_stats_in = is_norm ? 1 : n->kind == MTF_OP_SOFTMAX_XENT ? 3 : 2;
-  const mtf_shape *stats_shape = n->kind == MTF_OP_SOFTMAX || n->kind == MTF_OP_LOG_SOFTMAX ? &rows : &pair;
-  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, n_stats_in, stats_in, stats_shapes, stats_types, stats_shape,
-                            &stats));
+  const mtf_shape *stats_shape = xent ? &pair : &rows;
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, rms ? 1 : xent ? 3 : 2, stats_in, stats_shapes, types,
+                            stats_shape, &stats));
   MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, stats_shape, group, MTF_REDUCE_SUM));
-  int out;
-  mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
-  if (n->kind == MTF_OP_SOFTMAX_XENT) {
-    int apply_in[2] = {max, stats};
+  if (xent) {
+    int apply_in[2] = {first, stats};
     mtf_shape apply_shapes[2] = {rows, pair};
-    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, f32, &out_shape, &out));
-  } else if (is_norm) {
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, types, &out_shape, &out));
+  } else if (rms) {
     int apply_in[2] = {x, stats};
-    mtf_shape apply_shapes[2] = {xs, pair};
-    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, f32, &out_shape, &out));
+    mtf_shape apply_shapes[2] = {xs, rows};
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, types, &out_shape, &out));
   } else {
-    int apply_in[3] = {x, max, stats};
+    int apply_in[3] = {x, first, stats};
     mtf_shape apply_shapes[3] = {xs, rows, rows};
-    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 3, apply_in, apply_shapes, f32, &out_shape, &out));
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 3, apply_in, apply_shapes, types, &out_shape, &out));
   }
   mtf_lower_set_value(lw, node, out);
   return MTF_OK;

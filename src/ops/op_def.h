@@ -68,6 +68,8 @@ int mtf_op_union_shape(mtf_graph *g, const mtf_shape *a, const mtf_shape *b, mtf
 /* Fails unless input k of n is an index tensor (int32, or float holding integers). */
 int mtf_op_needs_dim(mtf_graph *g, const mtf_node *n, int k, const char *dim, const char *op);
 int64_t mtf_op_flops_elements(const mtf_step *s);
+/* Fails (naming the op and the tensor) unless inputs [first, last] of n are float tensors. */
+int mtf_op_float_inputs(mtf_graph *g, const mtf_node *n, int first, int last);
 
 /* Reference helpers: multi-index walks with dims matched by name. */
 int64_t mtf_ref_offset(const mtf_shape *walked, const int64_t *index, const mtf_shape *t);

@@ -76,6 +76,17 @@ int mtf_op_needs_dim(mtf_graph *g, const mtf_node *n, int k, const char *dim, co
   return 0;
 }
 
+int mtf_op_float_inputs(mtf_graph *g, const mtf_node *n, int first, int last) {
+  for (int k = first; k <= last && k < n->n_inputs; k++) {
+    const mtf_node *x = &g->nodes[n->inputs[k]];
+    if (x->dtype == MTF_F32) continue;
+    mtf_graph_fail(g, MTF_ERR_INVALID, "%s: '%s' holds %s values; it takes float tensors (ids and labels go to "
+                   "gather, one_hot and softmax_cross_entropy)", mtf_op(n->kind)->name, x->name, mtf_dtype_name(x->dtype));
+    return 0;
+  }
+  return 1;
+}
+
 int64_t mtf_op_flops_elements(const mtf_step *s) { return mtf_shape_num_elements(&s->out_shape); }
 
 void mtf_grad_accumulate(mtf_grad_ctx *ctx, int target, mtf_tensor contribution) {

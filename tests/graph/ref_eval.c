@@ -34,7 +34,8 @@ double ref_gradient_error(const mtf_graph *g, mtf_tensor loss, mtf_tensor var, m
     double **minus = mtf_reference_evaluate(g, inputs, overrides);
     x[e] = keep;
     double fd = (plus[loss][0] - minus[loss][0]) / (2 * h), ad = ref[grad][e];
-    worst = fmax(worst, fabs(fd - ad) / fmax(1.0, fabs(ad)));
+    double error = fabs(fd - ad) / fmax(1.0, fabs(ad));
+    if (!(error <= worst)) worst = isnan(error) ? INFINITY : error; /* a NaN gradient is the worst error, not none */
     mtf_reference_free(g, plus);
     mtf_reference_free(g, minus);
   }

@@ -66,29 +66,33 @@ static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
       case MTF_PHASE_APPLY:
         softmax_apply(x, &r, row, ((const float *)a->in[1])[row], ((const float *)a->in[2])[row], log_form, out);
         break;
+      case MTF_PHASE_SUM: return MTF_ERR_INVALID;
     }
   return MTF_OK;
 }
 
-/* Norms: statistics [sum x, sum x^2] per row, then y = (x - mean) * rsqrt(var + eps) (mean 0 for RMS). */
-static void norm_stats(const float *x, const rows *r, int64_t row, double *s1, double *s2) {
+/* Norms: y = (x - mean) * rsqrt(mean((x - mean)^2) + eps), mean 0 for RMS. Split: the row sum (layer
+ * norm), then the sum of squares about the mean, then the result. */
+static double row_sum(const float *x, const rows *r, int64_t row) {
   const float *p = x + row_base(r, row);
-  double a = 0, q = 0;
-  for (int64_t j = 0; j < r->len; j++) {
-    double v = p[j * r->inner];
-    a += v;
-    q += v * v;
-  }
-  *s1 = a;
-  *s2 = q;
+  double a = 0;
+  for (int64_t j = 0; j < r->len; j++) a += p[j * r->inner];
+  return a;
 }
 
-static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_t row, double s1, double s2, double n,
-                       float *y) {
-  int layer = st->op == MTF_OP_LAYER_NORM;
-  double mean = layer ? s1 / n : 0.0, var = s2 / n - mean * mean;
-  if (var < 0) var = 0;
-  double inv = 1.0 / sqrt(var + st->params.norm.epsilon);
+static double row_squares(const float *x, const rows *r, int64_t row, double mean) {
+  const float *p = x + row_base(r, row);
+  double q = 0;
+  for (int64_t j = 0; j < r->len; j++) {
+    double c = (double)p[j * r->inner] - mean;
+    q += c * c;
+  }
+  return q;
+}
+
+static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_t row, double mean, double squares,
+                       double n, float *y) {
+  double inv = 1.0 / sqrt(squares / n + st->params.norm.epsilon);
   const float *p = x + row_base(r, row);
   float *q = y + row_base(r, row);
   for (int64_t j = 0; j < r->len; j++) q[j * r->inner] = (float)(((double)p[j * r->inner] - mean) * inv);
@@ -99,23 +103,25 @@ static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   rows r = rows_of(&st->in_shape[0], st->params.norm.dim);
   int d = mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim);
   double n = (double)st->global_dims[d];
+  int layer = st->op == MTF_OP_LAYER_NORM;
   const float *x = a->in[0];
   float *out = a->out;
   for (int64_t row = 0; row < r.count; row++) {
-    double s1, s2;
+    double mean = 0;
     switch (st->phase) {
       case MTF_PHASE_WHOLE:
-        norm_stats(x, &r, row, &s1, &s2);
-        norm_apply(st, x, &r, row, s1, s2, n, out);
+        if (layer) mean = row_sum(x, &r, row) / n;
+        norm_apply(st, x, &r, row, mean, row_squares(x, &r, row, mean), n, out);
         break;
+      case MTF_PHASE_SUM: out[row] = (float)row_sum(x, &r, row); break;
       case MTF_PHASE_STATS:
-        norm_stats(x, &r, row, &s1, &s2);
-        out[row] = (float)s1;
-        out[r.count + row] = (float)s2;
+        if (layer) mean = ((const float *)a->in[1])[row] / n;
+        out[row] = (float)row_squares(x, &r, row, mean);
         break;
       case MTF_PHASE_APPLY: {
-        const float *stats = a->in[1];
-        norm_apply(st, x, &r, row, stats[row], stats[r.count + row], n, out);
+        if (layer) mean = ((const float *)a->in[1])[row] / n;
+        const float *squares = a->in[layer ? 2 : 1];
+        norm_apply(st, x, &r, row, mean, squares[row], n, out);
         break;
       }
       case MTF_PHASE_MAX: return MTF_ERR_INVALID;
