@@ -116,7 +116,8 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   mtf_schedule_config schedule = {.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
                                   .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
   MTF_CHECK(mtf_schedule_parse_kind(tc->schedule, &schedule.kind, err));
-  MTF_CHECK(mtf_schedule_validate(&schedule, err));
+  /* train.steps 0 (evaluate the initial model) computes no rate, so it needs no schedule that decays. */
+  if (tc->steps > 0) MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank = mtf_world_rank();
   /* From here on a warning signal (e.g. during restore) is noted and honoured at the first step boundary,
    * instead of killing the rank without a checkpoint. */
