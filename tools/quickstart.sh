@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 say() { printf '\n== %s\n' "$*"; }
+t0=$SECONDS
 
 say "installing what is missing (Debian packages)"
 bash tools/install-deps.sh
@@ -14,6 +15,7 @@ say "building mtf (build/)"
 cmake -S . -B build > build-configure.log 2>&1 || { cat build-configure.log; exit 1; }
 rm -f build-configure.log
 cmake --build build -j "$(nproc)" --target mtf
+t_built=$SECONDS
 
 mtf=build/src/mtf
 if [ ! -s data/fortunes/train-00000.h5 ]; then
@@ -39,14 +41,25 @@ untrained=$("${run[@]}" train configs/tiny.yaml "${mesh[@]}" --fresh --set train
 echo "untrained eval loss: $untrained"
 
 say "training configs/tiny.yaml"
+t_train=$SECONDS
 "${run[@]}" train configs/tiny.yaml "${mesh[@]}" --fresh --set run.dir="$run_dir" --set train.checkpoint_every=100 \
   | grep -vE '^(  |[a-z]+:$|#)'
+t_trained=$SECONDS
 
 say "evaluating the trained model (latest checkpoint of $run_dir)"
 trained=$("${run[@]}" eval configs/tiny.yaml "${mesh[@]}" --set run.dir="$run_dir" --json | sed -E 's/.*"loss": ([0-9.]+).*/\1/')
 echo "eval loss: untrained $untrained -> trained $trained"
+# The curves from metrics.jsonl: training loss at step 100 and at the end, the evaluations, the mean speed.
+awk -F'[:,] *' '{ for (i = 1; i < NF; i++) v[$i] = $(i + 1); step = v["{\"step\""] + 0
+                   if (step == 100) at100 = v["\"loss\""]; last = v["\"loss\""]; last_step = step
+                   if ("\"eval_loss\"" in v) curve = curve sprintf(" %d:%.3f", step, v["\"eval_loss\""])
+                   tps += v["\"tokens_per_s\""]; n++; delete v }
+     END { printf "training loss: step 100 %.3f -> step %d %.3f; eval loss by step:%s; mean %.0f tokens/s\n",
+                  at100, last_step, last, curve, n ? tps / n : 0 }' "$run_dir/metrics.jsonl"
 
 say "a sample from the trained model"
 "${run[@]}" generate configs/tiny.yaml "${mesh[@]}" --set run.dir="$run_dir" --prompt "The " --max-new 200 \
   --temperature 0.8 --top-k 20 --seed 7
+t_end=$SECONDS
+say "time: $((t_end - t0)) s in all (install + build $((t_built - t0)) s, training $((t_trained - t_train)) s)"
 say "done: metrics in $run_dir/metrics.jsonl (plot: /usr/bin/python3 tools/plot_metrics.py $run_dir), checkpoints in $run_dir/checkpoints"

@@ -2,6 +2,7 @@
 #include "run/metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 FILE *mtf_metrics_open(const mtf_config *cfg, int rank, int64_t steps_done, mtf_error *err) {
@@ -37,18 +38,35 @@ FILE *mtf_metrics_open(const mtf_config *cfg, int rank, int64_t steps_done, mtf_
   return metrics;
 }
 
+void mtf_format_duration(double seconds, char *out, size_t size) {
+  long long s = isfinite(seconds) && seconds > 0 ? (long long)(seconds + 0.5) : 0;
+  if (s < 60)
+    snprintf(out, size, "%llds", s);
+  else if (s < 3600)
+    snprintf(out, size, "%lldm%02llds", s / 60, s % 60);
+  else
+    snprintf(out, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
+}
+
 void mtf_metrics_report(int rank, FILE *metrics, const mtf_step_report *r) {
   if (rank != 0) return;
-  printf("step %6lld  loss %.4f  lr %.3e  grad_norm %.3f  %8.0f tok/s  %7.1f ms/step  MFU %5.1f%%  comm %4.1f%%\n",
+  char eta[32];
+  mtf_format_duration(r->eta_s, eta, sizeof eta);
+  printf("step %6lld  loss %.4f  lr %.3e  grad_norm %.3f  %8.0f tok/s  %7.1f ms/step  MFU %5.1f%%  comm %4.1f%%"
+         "  ETA %s\n",
          (long long)r->step, r->loss, r->learning_rate, r->grad_norm, r->tokens_per_s, r->step_ms, 100 * r->mfu,
-         100 * r->comm_frac);
+         100 * r->comm_frac, eta);
   fflush(stdout);
   if (!metrics) return;
   fprintf(metrics,
           "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens_per_s\": %.6g, "
-          "\"step_ms\": %.6g, \"mfu\": %.6g, \"comm_frac\": %.6g}\n",
+          "\"step_ms\": %.6g, \"mfu\": %.6g, \"comm_frac\": %.6g, \"eta_s\": %.6g",
           (long long)r->step, r->loss, r->learning_rate, r->grad_norm, r->tokens_per_s, r->step_ms, r->mfu,
-          r->comm_frac);
+          r->comm_frac, r->eta_s);
+  if (r->has_eval)
+    fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld", r->eval_loss,
+            exp(r->eval_loss), (long long)r->eval_tokens);
+  fputs("}\n", metrics);
   fflush(metrics);
 }
 

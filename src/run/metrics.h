@@ -1,5 +1,10 @@
-/* What `mtf train` reports every train.log_every steps: the progress line on stdout and the same figures
- * as one JSON object per line in RUN_DIR/metrics.jsonl (rank 0 only; other ranks do nothing here). */
+/* What `mtf train` reports every train.log_every steps (and at every evaluation): the progress line on
+ * stdout and the same figures as one JSON object per line in RUN_DIR/metrics.jsonl (rank 0 only; other
+ * ranks do nothing here). A line is
+ *   {"step": N, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ..., "step_ms": ..., "mfu": ...,
+ *    "comm_frac": ..., "eta_s": ...[, "eval_loss": ..., "eval_perplexity": ..., "eval_tokens": N]}
+ * with the eval_* fields on the lines of steps where the model was evaluated (every train.eval_every steps
+ * and after the last step), the evaluation of the parameters after step N. */
 #ifndef MTF_RUN_METRICS_H
 #define MTF_RUN_METRICS_H
 
@@ -13,7 +18,14 @@ typedef struct mtf_step_report {
   int64_t step;
   double loss, learning_rate, grad_norm;
   double tokens_per_s, step_ms, mfu, comm_frac;
+  double eta_s; /* remaining steps x this window's ms/step (evaluations and checkpoints not counted) */
+  int has_eval; /* eval_loss and eval_tokens are set: the model was evaluated after this step */
+  double eval_loss;
+  int64_t eval_tokens;
 } mtf_step_report;
+
+/* A duration as the progress lines print it: "42s", "3m07s", "2h05m". */
+void mtf_format_duration(double seconds, char *out, size_t size);
 
 /* On rank 0: writes RUN_DIR/config.yaml and opens RUN_DIR/metrics.jsonl keeping only its lines up to
  * `steps_done` (a resumed run logs the steps after its checkpoint again; a run from step 0 starts a new

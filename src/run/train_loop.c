@@ -116,7 +116,8 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   mtf_schedule_config schedule = {.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
                                   .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
   MTF_CHECK(mtf_schedule_parse_kind(tc->schedule, &schedule.kind, err));
-  MTF_CHECK(mtf_schedule_validate(&schedule, err));
+  /* train.steps 0 (evaluate the initial model) computes no rate, so it needs no schedule that decays. */
+  if (tc->steps > 0) MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank = mtf_world_rank();
   /* From here on a warning signal (e.g. during restore) is noted and honoured at the first step boundary,
    * instead of killing the rank without a checkpoint. */
@@ -155,6 +156,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
                                                           : MTF_OK, err);
   double window_start = mtf_now_seconds(), window_comm = 0;
   int64_t window_steps = 0;
+  int evaluated_last = 0;
   for (int64_t step = steps_done + 1; step <= tc->steps && rc == MTF_OK; step++) {
     int stop = mtf_signals_agreed_stop();
     if (stop & MTF_STOP_CHECKPOINT) {
@@ -183,14 +185,24 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
                          "train.clip_grad_norm", loss, (long long)step);
       break;
     }
-    if (step % tc->log_every == 0 || step == tc->steps) {
+    /* The evaluation of a step comes before its report, so that metrics.jsonl has it on the step's line. */
+    int eval_due = cfg->data_eval[0] && (step == tc->steps || (tc->eval_every > 0 && step % tc->eval_every == 0));
+    if (step % tc->log_every == 0 || step == tc->steps || eval_due) {
       double seconds = mtf_now_seconds() - window_start;
       mtf_step_report report = {.step = step, .loss = loss, .learning_rate = lr, .grad_norm = grad_norm,
                                 .step_ms = 1e3 * seconds / (double)window_steps,
                                 .tokens_per_s = (double)(window_steps * tc->batch * length) / seconds,
-                                .comm_frac = window_comm / seconds};
+                                .comm_frac = window_comm / seconds,
+                                .eta_s = (double)(tc->steps - step) * seconds / (double)window_steps};
       report.mfu = mtf_mfu(flops_per_token, report.tokens_per_s, job_peak);
+      if (eval_due) {
+        rc = mtf_run_evaluate(&st, tc->eval_batches, &report.eval_loss, &report.eval_tokens, err);
+        if (rc) break;
+        report.has_eval = 1;
+        evaluated_last = step == tc->steps;
+      }
       mtf_metrics_report(rank, metrics, &report);
+      if (eval_due) mtf_run_print_eval(&st, report.eval_loss, report.eval_tokens, 0);
       window_start = mtf_now_seconds();
       window_comm = 0;
       window_steps = 0;
@@ -200,14 +212,13 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
       if (rc) break;
       last_saved = step;
     }
-    if (cfg->data_eval[0] && tc->eval_every > 0 && step % tc->eval_every == 0 && step < tc->steps)
-      rc = evaluate_and_print(&st, err);
   }
   free(raw);
   free(inputs);
   free(targets);
   mtf_loader_close(loader);
-  if (rc == MTF_OK && cfg->data_eval[0]) rc = evaluate_and_print(&st, err);
+  /* A run with nothing left to train (train.steps reached, or 0) still evaluates. */
+  if (rc == MTF_OK && cfg->data_eval[0] && !evaluated_last) rc = evaluate_and_print(&st, err);
   mtf_metrics_close(metrics);
   mtf_run_teardown(&st);
   mtf_signals_handle(0);

@@ -23,6 +23,7 @@ void mtf_optimizer_defaults(mtf_optimizer_kind kind, mtf_optimizer_config *cfg) 
   cfg->epsilon1 = 1e-30f;
   cfg->epsilon2 = 1e-3f;
   cfg->multiply_by_parameter_scale = 1;
+  cfg->min_dim_size_to_factor = 128; /* Mesh TF's default: smaller variables keep a full second moment */
 }
 
 int mtf_optimizer_parse_kind(const char *name, mtf_optimizer_kind *kind, mtf_error *err) {
@@ -153,17 +154,18 @@ static int apply_adamw(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor
   return mtf_assign(g, w, mtf_subtract(g, w, mtf_multiply(g, update, lr)));
 }
 
-/* The two dims Adafactor factors over: the two largest (ties go to the later dims), returned in shape
- * order as row < col. Returns 0 when the variable keeps an unfactored second moment. */
+/* The two dims Adafactor factors over: the two largest, ties going to the earlier dims (Mesh TF sorts the
+ * dims by size with a stable sort), returned in shape order as row < col. Returns 0 when the variable
+ * keeps an unfactored second moment: fewer than 2 dims, or the second largest below min_size. */
 static int factored_dims(const mtf_shape *shape, int64_t min_size, int *row, int *col) {
   if (shape->rank < 2) return 0;
   int first = -1, second = -1; /* largest, second largest */
   for (int i = 0; i < shape->rank; i++) {
     int64_t size = shape->dims[i].size;
-    if (first < 0 || size >= shape->dims[first].size) {
+    if (first < 0 || size > shape->dims[first].size) {
       second = first;
       first = i;
-    } else if (second < 0 || size >= shape->dims[second].size) {
+    } else if (second < 0 || size > shape->dims[second].size) {
       second = i;
     }
   }

@@ -21,12 +21,13 @@
  *   decay = 1 - t^(-decay_rate)   Mesh TF's 1 - (step + 1)^-0.8 with its 0-based step; the first step has
  *                                 decay 0, so v starts as g^2 + epsilon1
  *   s = g^2 + epsilon1
- *   factored (variables of >= 2 dims with their two largest dims both >= min_dim_size_to_factor): of the
- *   two largest dims (ties go to the later dims) call the earlier one "row" and the later one "col";
+ *   factored (variables of >= 2 dims with their two largest dims both >= min_dim_size_to_factor, 128 by
+ *   default as in Mesh TF): of the two largest dims (ties go to the earlier dims, as Mesh TF's stable sort
+ *   by size does) call the earlier one "row" and the later one "col";
  *     vr = decay * vr + (1 - decay) * mean_col(s)        slot "adafactor_vr": w's shape without col
  *     vc = decay * vc + (1 - decay) * mean_row(s)        slot "adafactor_vc": w's shape without row
  *     v  = vr * vc / mean_row(vr)
- *   otherwise (0/1-dim variables):
+ *   otherwise (0/1-dim variables, and those whose second largest dim is below min_dim_size_to_factor):
  *     v  = decay * v + (1 - decay) * s                   slot "adafactor_v"
  *   u = g / sqrt(v);   u /= max(1, rms(u) / clipping_threshold)
  *   step_size = lr * max(epsilon2, rms(w))   when multiply_by_parameter_scale, else lr
@@ -55,7 +56,7 @@ typedef struct mtf_optimizer_config {
   float epsilon2;                  /* adafactor, floor on the parameter RMS (1e-3) */
   int multiply_by_parameter_scale; /* adafactor (1) */
   int64_t min_dim_size_to_factor;  /* adafactor: factor only when both largest dims are at least this
-                                      (default 0: always factor variables of >= 2 dims; Mesh TF uses 128) */
+                                      (128, Mesh TF's default; 0 factors every variable of >= 2 dims) */
   float clip_grad_norm;            /* global gradient-norm clipping threshold; 0 = off (default) */
 } mtf_optimizer_config;
 

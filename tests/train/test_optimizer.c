@@ -12,7 +12,8 @@
 
 #define STEPS 5
 
-/* ---- the reference: variables of 1 or 2 dims; a 2-D variable is factored over (dim 0, dim 1) ---- */
+/* ---- the reference: variables of 1 or 2 dims; a 2-D variable with both dims >= min_factor is factored
+ * over (dim 0, dim 1) ---- */
 typedef struct ref_var {
   int64_t rows, cols, n; /* a 1-D variable has rows = 1 */
   int factored;
@@ -21,8 +22,8 @@ typedef struct ref_var {
 
 static double *zeros(int64_t n) { return calloc(n > 0 ? (size_t)n : 1, sizeof(double)); }
 
-static void ref_init(ref_var *r, const mtf_shape *shape, const float *initial) {
-  r->factored = shape->rank == 2;
+static void ref_init(ref_var *r, const mtf_shape *shape, const float *initial, int64_t min_factor) {
+  r->factored = shape->rank == 2 && shape->dims[0].size >= min_factor && shape->dims[1].size >= min_factor;
   r->rows = shape->rank == 2 ? shape->dims[0].size : 1;
   r->cols = shape->dims[shape->rank - 1].size;
   r->n = r->rows * r->cols;
@@ -131,7 +132,7 @@ static void check_against_reference(const char *what, const mtf_optimizer_config
     return;
   }
   ref_var ref[2];
-  for (int i = 0; i < 2; i++) ref_init(&ref[i], &tc.shapes[i], h.initial[i]);
+  for (int i = 0; i < 2; i++) ref_init(&ref[i], &tc.shapes[i], h.initial[i], cfg->min_dim_size_to_factor);
   double worst = 0, worst_norm = 0, first_norm = 0;
   for (int t = 1; t <= STEPS; t++) {
     double norm = ref_step(cfg, 2, ref, (double)(float)train_case_learning_rate(t), t);
@@ -217,13 +218,18 @@ int main(int argc, char **argv) {
   }
   mtf_optimizer_config cfg;
   mtf_optimizer_defaults(MTF_OPT_ADAFACTOR, &cfg);
-  check_against_reference("adafactor (defaults)", &cfg, 0);
+  check_against_reference("adafactor (defaults: [a:3, b:4] unfactored)", &cfg, 0);
+  /* These variables are far below Mesh TF's 128: factor them anyway, so the factored path runs here too
+   * (test_adafactor_reference covers the default at full size). */
+  cfg.min_dim_size_to_factor = 0;
+  check_against_reference("adafactor (factored)", &cfg, 0);
   cfg.clipping_threshold = 0.5f; /* an RMS of about 1 then clips */
   cfg.multiply_by_parameter_scale = 0;
   cfg.beta1 = 0.6f;
   cfg.decay_rate = 0.5f;
   check_against_reference("adafactor (beta1, clip 0.5, no param scale)", &cfg, 0);
   mtf_optimizer_defaults(MTF_OPT_ADAFACTOR, &cfg);
+  cfg.min_dim_size_to_factor = 0;
   cfg.clip_grad_norm = 1.0f;
   check_against_reference("adafactor + gradient clipping", &cfg, 1);
 

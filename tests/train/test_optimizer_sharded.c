@@ -88,7 +88,9 @@ int main(int argc, char **argv) {
 
   mtf_optimizer_config cfg;
   mtf_optimizer_defaults(MTF_OPT_ADAFACTOR, &cfg);
-  check_optimizer("adafactor", &cfg, &mesh, comm, self);
+  check_optimizer("adafactor (unfactored: dims below 128)", &cfg, &mesh, comm, self);
+  cfg.min_dim_size_to_factor = 0; /* factor these small variables, so sharded vr/vc are tested too */
+  check_optimizer("adafactor (factored)", &cfg, &mesh, comm, self);
   cfg.clip_grad_norm = 1.0f;
   check_optimizer("adafactor + gradient clipping", &cfg, &mesh, comm, self);
   mtf_optimizer_defaults(MTF_OPT_ADAMW, &cfg);
