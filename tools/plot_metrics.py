@@ -39,6 +39,12 @@ def is_eval(record):
     return any(str(record.get(k, "")).lower() in EVAL_MARKERS for k in EVAL_KEYS)
 
 
+def is_train(record):
+    """True for a line with the step's train figures (a train record, or mtf's line at an evaluated step)."""
+    marked_eval = any(str(record.get(k, "")).lower() in EVAL_MARKERS for k in EVAL_KEYS)
+    return not marked_eval and "loss" in record
+
+
 def finite(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -61,7 +67,11 @@ def load(path):
                 sys.exit(f"{path}:{number}: not a JSON line ({e})")
             if not isinstance(record, dict) or not finite(record.get("step")):
                 sys.exit(f"{path}:{number}: not a metrics record (no numeric \"step\")")
-            (evals if is_eval(record) else train).append(record)
+            # mtf train's lines at an evaluated step carry both the step's train figures and eval_loss.
+            if is_eval(record):
+                evals.append(record)
+            if is_train(record):
+                train.append(record)
     if not train and not evals:
         sys.exit(f"{path}: no metrics yet (mtf train writes one line every train.log_every steps)")
     train.sort(key=lambda r: r["step"])

@@ -49,8 +49,11 @@ def records(run_dir):
             if line.strip():
                 r = json.loads(line)
                 kind = [str(r.get(k, "")).lower() for k in ("kind", "type", "split", "phase", "event")]
-                (evals if "eval_loss" in r or any(k in ("eval", "evaluation", "validation", "val") for k in kind)
-                 else train).append(r)
+                marked = any(k in ("eval", "evaluation", "validation", "val") for k in kind)
+                if "eval_loss" in r or marked:
+                    evals.append(r)
+                if "loss" in r and not marked:  # mtf's line at an evaluated step has both
+                    train.append(r)
     return train, evals
 
 
