@@ -1,7 +1,38 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages mtf needs to build, test and run, and only those that are missing.
 # Safe to run again; never prompts. Needs root (or sudo) only when something is missing.
+#   --python  also make .venv: Debian's /usr/bin/python3 (with its python3-h5py and python3-numpy, through
+#             --system-site-packages) plus the PyPI packages of tools/prepare_tokenized.py (tokenizers) and
+#             tools/tensorboard_export.py (tensorboardX). Tools and tests use .venv/bin/python.
+#             MTF_VENV=DIR puts it elsewhere.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+with_python=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) with_python=1 ;;
+    *) echo "install-deps: unknown option '$arg' (usage: install-deps.sh [--python])" >&2; exit 2 ;;
+  esac
+done
+VENV=${MTF_VENV:-.venv}
+PIP_PKGS=(tokenizers tensorboardX)   # h5py and numpy come from Debian
+
+python_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "install-deps: making $VENV (/usr/bin/python3 with Debian's h5py and numpy)"
+    /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  fi
+  local imports="import h5py, numpy, tokenizers, tensorboardX"
+  if "$VENV/bin/python" -c "$imports" 2>/dev/null; then
+    echo "install-deps: $VENV has h5py, numpy, ${PIP_PKGS[*]}"
+    return
+  fi
+  echo "install-deps: installing ${PIP_PKGS[*]} into $VENV from PyPI"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
+  "$VENV/bin/python" -c "$imports"
+  echo "install-deps: $VENV has h5py, numpy, ${PIP_PKGS[*]}"
+}
 
 PKGS=(
   build-essential cmake pkg-config          # toolchain (C11, CMake >= 3.25)
@@ -10,6 +41,7 @@ PKGS=(
   libopenblas-dev libyaml-dev               # CPU sgemm, config parser
   slurm-wlm slurmctld slurmd slurm-client munge   # a real local Slurm for the job-template tests
   python3 python3-numpy python3-h5py        # outside readers of our HDF5 files in tests
+  python3-venv                              # .venv for the PyPI packages (--python)
   python3-matplotlib                        # tools/plot_metrics.py
   fortunes                                  # default text corpus for the quick start
 )
@@ -21,6 +53,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages already installed"
+  if [ "$with_python" = 1 ]; then python_venv; fi
   exit 0
 fi
 
@@ -34,3 +67,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: all ${#PKGS[@]} packages installed"
+if [ "$with_python" = 1 ]; then python_venv; fi

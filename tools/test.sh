@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash tools/install-deps.sh
+bash tools/install-deps.sh --python   # --python: .venv with tokenizers (tests/tokenize), tensorboardX
 
 jobs=$(nproc 2>/dev/null || echo 2)
 build_dir=${MTF_BUILD_DIR:-build}

@@ -179,7 +179,7 @@ static void stall_for_tests(int rank, int64_t step) {
 
 /* Writes the whole file at tmp_path. Every failure past the create is fatal (see abort_job). */
 static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *tmp_path,
-                      float *staging, int64_t *bytes, mtf_error *err) {
+                      const mtf_ckpt_tokenizer *tok, float *staging, int64_t *bytes, mtf_error *err) {
   hid_t fapl = mpio_access(m);
   hid_t file = fapl >= 0 ? H5Fcreate(tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
   if (fapl >= 0) H5Pclose(fapl);
@@ -198,6 +198,7 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
   if (!failure && (group < 0 || dxpl < 0 || H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE) < 0))
     failure = "creating /variables";
+  if (!failure) failure = mtf_ckpt_tokenizer_write(file, tok, m->comm->rank == 0, dxpl);
   int n_variables = mtf_graph_num_variables(m->graph);
   for (int i = 0; i < n_variables && !failure; i++) {
     failure = write_variable(m, group, dxpl, mtf_graph_variable(m->graph, i), staging, bytes);
@@ -224,6 +225,15 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
   float *staging = malloc(sizeof(float) * (size_t)max_slice_elements(m));
   if (rc == MTF_OK && !staging)
     rc = mtf_error_set(err, MTF_ERR_NOMEM, "saving a checkpoint: out of memory for the staging buffer");
+  /* The same shards on every rank give the same tokenizer (or the same warning). */
+  char warning[MTF_ERROR_MSG_MAX + 128];
+  const mtf_ckpt_tokenizer *tok = mtf_ckpt_tokenizer_of_data(cfg->data_train, warning, sizeof warning);
+  static int warned;
+  if (warning[0] && !warned && m->comm->rank == 0) {
+    fprintf(stderr, "mtf: warning: %s\n", warning);
+    fflush(stderr);
+  }
+  warned = warned || warning[0];
   rc = mtf_comm_agree(m->comm, rc, err);
   if (rc == MTF_OK) rc = mtf_world_broadcast(name, sizeof name, 0, err);
   if (rc != MTF_OK) {
@@ -237,7 +247,7 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
   int64_t bytes = 0;
   mtf_hdf5_lock();
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  rc = write_file(m, cfg, st, tmp_path, staging, &bytes, err);
+  rc = write_file(m, cfg, st, tmp_path, tok, staging, &bytes, err);
   mtf_hdf5_unlock();
   free(staging);
   MTF_CHECK(rc);

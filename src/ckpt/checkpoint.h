@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "config/config.h"
+#include "io/decode_table.h"
 #include "io/loader.h"
 #include "mtf.h"
 
@@ -73,6 +74,26 @@ int mtf_ckpt_restore(const mtf_ckpt_model *model, const char *path, int need_slo
  * path_out and stats (either may be NULL) receive the restored file and its read time. */
 int mtf_ckpt_restore_latest(const mtf_ckpt_model *model, const char *dir, int need_slots, mtf_ckpt_state *state,
                             int *found, char *path_out, size_t path_size, mtf_ckpt_stats *stats, mtf_error *err);
+
+/* The tokenizer a checkpoint was trained with, copied from its training shards into the group /tokenizer
+ * (attributes tokenizer, eot_id, vocab_size; the decode table's two datasets when the shards carry one),
+ * so that `mtf generate` needs no data directory. */
+typedef struct mtf_ckpt_tokenizer {
+  int present;           /* 0: no /tokenizer group (older checkpoints, or data without a tokenizer name) */
+  int64_t vocab_size;    /* -1 when unknown */
+  mtf_decode_table table; /* table.count is 0 without a decode table; eot_id and tokenizer are always set */
+} mtf_ckpt_tokenizer;
+
+/* One process, no MPI, any rank: reads path's /tokenizer group, checking every attribute's class, width
+ * and size and the table as io/decode_table.h does. A checkpoint without the group gives present = 0. */
+int mtf_ckpt_read_tokenizer(const char *path, mtf_ckpt_tokenizer *out, mtf_error *err);
+void mtf_ckpt_tokenizer_free(mtf_ckpt_tokenizer *tok);
+
+/* What mtf_ckpt_save writes into /tokenizer for a run whose training data is `spec` (cfg data.train): the
+ * first shard's tokenizer name, eot_id, vocab_size and decode table, read once per process and kept.
+ * Shards that disagree, or data that cannot be read, give present = 0 and a warning in *warning (empty
+ * otherwise): a checkpoint is never refused over its tokenizer. */
+const mtf_ckpt_tokenizer *mtf_ckpt_tokenizer_of_data(const char *spec, char *warning, size_t warning_size);
 
 /* One process, no MPI: prints a checkpoint's step, state, mesh, layout, config and datasets. */
 int mtf_ckpt_inspect(const char *path, int json, FILE *out, mtf_error *err);

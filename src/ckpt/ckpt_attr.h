@@ -27,4 +27,9 @@ int mtf_ckpt_attr_read_strings(hid_t object, const char *name, char (*values)[MT
  * variable such as layer_000/attn/wq is also the prefix of its slot layer_000/attn/wq/adafactor_vr). */
 int mtf_ckpt_dataset_name(const char *variable, char *out, size_t size);
 
+/* Writes a checkpoint's /tokenizer group (ckpt_tokenizer.c; collective under MPI-IO: every rank calls,
+ * `writer` selects the data). Returns a failure description or NULL. */
+struct mtf_ckpt_tokenizer;
+const char *mtf_ckpt_tokenizer_write(hid_t file, const struct mtf_ckpt_tokenizer *tok, int writer, hid_t dxpl);
+
 #endif

@@ -85,7 +85,30 @@ static void print_config_indented(FILE *out, const char *yaml) {
   }
 }
 
-static int inspect_locked(const char *path, int json, FILE *out, mtf_error *err) {
+static void print_tokenizer(FILE *out, int json, const mtf_ckpt_tokenizer *tok) {
+  const mtf_decode_table *t = &tok->table;
+  int64_t table_bytes = t->count > 0 ? t->offsets[t->count] : 0;
+  if (json) {
+    if (!tok->present) {
+      fprintf(out, ", \"tokenizer\": null");
+      return;
+    }
+    fprintf(out, ", \"tokenizer\": {\"name\": ");
+    json_string(out, t->tokenizer);
+    fprintf(out, ", \"vocab_size\": %lld, \"eot_id\": %lld, \"decode_table_ids\": %lld, \"decode_table_bytes\": %lld}",
+            (long long)tok->vocab_size, (long long)t->eot_id, (long long)t->count, (long long)table_bytes);
+  } else if (!tok->present) {
+    fprintf(out, "tokenizer: none recorded (mtf generate assumes the byte tokenizer)\n");
+  } else if (t->count > 0) {
+    fprintf(out, "tokenizer: '%s', vocab_size %lld, eot_id %lld; decode table of %lld ids, %lld bytes\n", t->tokenizer,
+            (long long)tok->vocab_size, (long long)t->eot_id, (long long)t->count, (long long)table_bytes);
+  } else {
+    fprintf(out, "tokenizer: '%s', vocab_size %lld, eot_id %lld; no decode table\n", t->tokenizer,
+            (long long)tok->vocab_size, (long long)t->eot_id);
+  }
+}
+
+static int inspect_locked(const char *path, int json, const mtf_ckpt_tokenizer *tok, FILE *out, mtf_error *err) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0)
@@ -123,6 +146,7 @@ static int inspect_locked(const char *path, int json, FILE *out, mtf_error *err)
       json_string(out, layout);
       fprintf(out, ", \"config\": ");
       json_string(out, config);
+      print_tokenizer(out, 1, tok);
       fprintf(out, ",\n  \"datasets\": [");
     } else {
       fprintf(out, "checkpoint %s: format version %lld, step %lld\n", path, (long long)values[0], (long long)values[1]);
@@ -130,6 +154,7 @@ static int inspect_locked(const char *path, int json, FILE *out, mtf_error *err)
       fprintf(out, "rng: seed %lld, offset %lld; data cursor: seed %lld, epoch %lld, position %lld of %lld windows\n",
               (long long)values[2], (long long)values[3], (long long)values[4], (long long)values[5],
               (long long)values[6], (long long)values[7]);
+      print_tokenizer(out, 0, tok);
       fprintf(out, "datasets (under /variables, '/' in names written as '.'):\n");
       fprintf(out, "  %-42s %-36s %-8s %s\n", "variable", "dims and shape", "dtype", "kind");
     }
@@ -149,8 +174,11 @@ static int inspect_locked(const char *path, int json, FILE *out, mtf_error *err)
 }
 
 int mtf_ckpt_inspect(const char *path, int json, FILE *out, mtf_error *err) {
+  mtf_ckpt_tokenizer tok;
+  MTF_CHECK(mtf_ckpt_read_tokenizer(path, &tok, err));
   mtf_hdf5_lock();
-  int rc = inspect_locked(path, json, out, err);
+  int rc = inspect_locked(path, json, &tok, out, err);
   mtf_hdf5_unlock();
+  mtf_ckpt_tokenizer_free(&tok);
   return rc;
 }

@@ -12,6 +12,7 @@
 #include "comm/world.h"
 #include "core/clock.h"
 #include "io/dataset.h"
+#include "io/decode_table.h"
 #include "io/loader.h"
 #include "io/prepare.h"
 #include "io/shard_sink.h"
@@ -35,9 +36,10 @@ static void data_usage(FILE *out) {
           "\n"
           "  prepare   tokenise text files (directories are walked; each file is a document) into\n"
           "            DIR/train-00000.h5 ... and DIR/val-00000.h5 ...; the 'bytes' tokenizer maps byte b to\n"
-          "            id b and ends each document with id 256 (vocabulary 384)\n"
+          "            id b and ends each document with id 256 (vocabulary 384); for BPE and Hugging Face\n"
+          "            tokenizers use tools/prepare_tokenized.py (same --input/--output, docs/DATA.md)\n"
           "  synth     write a learnable synthetic task (copy, reverse, sort, add) in the same format\n"
-          "  inspect   print each shard's tokens, type and attributes, and check it\n"
+          "  inspect   print each shard's tokens, type and attributes, and check it (its decode table too)\n"
           "  check     read K steps as training would, on a mesh (default 'b:N', layout 'batch:b')\n"
           "\n"
           "  --input PATH        a text file or a directory (repeat for more)\n"
@@ -236,9 +238,20 @@ static int run_inspect(int argc, char **argv, const data_args *args) {
     }
     for (int i = 0; i < dataset.count; i++) {
       const mtf_shard_meta *m = &dataset.meta[i];
-      printf("%s: %lld tokens, %s, vocab_size %lld, eot_id %lld, tokenizer '%s', format_version %lld\n",
-             dataset.paths[i], (long long)m->num_tokens, m->token_bytes == 2 ? "uint16" : "int32",
-             (long long)m->vocab_size, (long long)m->eot_id, m->tokenizer, (long long)m->format_version);
+      printf("%s: %lld tokens, %s, vocab_size %lld, eot_id %lld, tokenizer '%s', format_version %lld", dataset.paths[i],
+             (long long)m->num_tokens, m->token_bytes == 2 ? "uint16" : "int32", (long long)m->vocab_size,
+             (long long)m->eot_id, m->tokenizer, (long long)m->format_version);
+      if (m->decode_ids > 0)
+        printf(", decode table %lld ids, %lld bytes", (long long)m->decode_ids, (long long)m->decode_bytes);
+      printf("\n");
+      mtf_decode_table table;
+      if (m->decode_ids > 0 && mtf_shard_read_decode_table(dataset.paths[i], &table, &err) != MTF_OK) {
+        /* the shapes were checked on opening; this reads and checks the contents */
+        fprintf(stderr, "mtf data inspect: error: %s\n", err.msg);
+        status = MTF_EXIT_FAILURE;
+      } else if (m->decode_ids > 0) {
+        mtf_decode_table_free(&table);
+      }
     }
     printf("%s: %d shards, %lld tokens\n", argv[a], dataset.count, (long long)dataset.tokens);
     mtf_dataset_close(&dataset);

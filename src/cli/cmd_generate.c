@@ -10,11 +10,16 @@
 
 static void generate_usage(FILE *out) {
   fprintf(out, "usage: mpiexec -n N mtf generate CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]\n"
-               "           [--checkpoint PATH] --prompt TEXT [--max-new N] [--temperature T] [--top-k K] [--seed S]\n"
+               "           [--checkpoint PATH] (--prompt TEXT | --prompt-ids IDS) [--ids] [--max-new N] [--temperature T]\n"
+               "           [--top-k K] [--seed S]\n"
                "\n");
   mtf_run_args_usage(out);
   fprintf(out, "  --checkpoint PATH    the checkpoint to sample from (default: RUN_DIR/checkpoints' latest good one)\n"
-               "  --prompt TEXT        the text to continue (byte tokenizer)\n"
+               "  --prompt TEXT        the text to continue, encoded with the checkpoint's tokenizer: bytes, or greedy\n"
+               "                       longest match over its decode table (see docs/DATA.md)\n"
+               "  --prompt-ids IDS     the prompt as token ids, separated by spaces or commas (any tokenizer)\n"
+               "  --ids                print token ids instead of text (automatic when the tokenizer has no decode\n"
+               "                       table)\n"
                "  --max-new N          tokens to generate (default 200); stops early at end-of-text\n"
                "  --temperature T      sampling temperature (default 1; 0 = greedy)\n"
                "  --top-k K            sample among the K most likely tokens (default 0 = all)\n"
@@ -30,6 +35,14 @@ static int generate_option(void *ctx, int opt, const char *value) {
   }
   if (opt == 'p') {
     generate->prompt = value;
+    return MTF_EXIT_OK;
+  }
+  if (opt == 'P') {
+    generate->prompt_ids = value;
+    return MTF_EXIT_OK;
+  }
+  if (opt == 'I') {
+    generate->print_ids = 1;
     return MTF_EXIT_OK;
   }
   char *end = NULL;
@@ -56,14 +69,17 @@ int mtf_cmd_generate(int argc, char **argv) {
       {"checkpoint", required_argument, 0, 'c'}, {"prompt", required_argument, 0, 'p'},
       {"max-new", required_argument, 0, 'n'},    {"temperature", required_argument, 0, 't'},
       {"top-k", required_argument, 0, 'k'},      {"seed", required_argument, 0, 'S'},
+      {"prompt-ids", required_argument, 0, 'P'}, {"ids", no_argument, 0, 'I'},
       {0, 0, 0, 0}};
   mtf_generate_options generate = {.max_new = 200, .temperature = 1.0, .top_k = 0, .seed = 1};
   const mtf_run_command command = {"generate", generate_usage, options, generate_option, &generate};
   mtf_run_args args;
   int status = mtf_run_args_parse(argc, argv, &command, &args);
   if (status) return status == MTF_RUN_ARGS_HELP ? MTF_EXIT_OK : status;
-  if (!generate.prompt) {
-    fprintf(stderr, "mtf generate: --prompt is required (it may be empty: --prompt '')\n\n");
+  if (!generate.prompt == !generate.prompt_ids) {
+    fprintf(stderr, generate.prompt ? "mtf generate: give --prompt or --prompt-ids, not both\n\n"
+                                    : "mtf generate: --prompt is required (it may be empty: --prompt ''), or "
+                                      "--prompt-ids IDS\n\n");
     generate_usage(stderr);
     return MTF_EXIT_USAGE;
   }

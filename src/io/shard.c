@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "io/shard.h"
 
+#include "io/decode_table.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <hdf5.h>
@@ -207,6 +209,11 @@ static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "shard '%s' has format_version %lld, newer than this mtf reads (%d): update mtf", path,
                          (long long)shard->meta.format_version, MTF_SHARD_FORMAT_VERSION);
+  char where[4200];
+  snprintf(where, sizeof where, "shard '%s'", path);
+  int present = 0;
+  MTF_CHECK(mtf_decode_table_probe(file, where, shard->meta.vocab_size, &present, &shard->meta.decode_bytes, err));
+  shard->meta.decode_ids = present ? shard->meta.vocab_size : 0;
   return MTF_OK;
 }
 

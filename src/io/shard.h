@@ -30,6 +30,8 @@ typedef struct mtf_shard_meta {
   int64_t format_version;
   char tokenizer[MTF_SHARD_TOKENIZER_MAX];
   int token_bytes; /* 2 (uint16) or 4 (int32) */
+  int64_t decode_ids;   /* ids the decode table covers (= vocab_size), 0 when the shard has none */
+  int64_t decode_bytes; /* the table's bytes (io/decode_table.h) */
 } mtf_shard_meta;
 
 /* Writes a whole shard at path (replacing it): tokens are stored as uint16 when vocab_size <= 65536,
@@ -48,8 +50,9 @@ typedef struct mtf_shard {
   int64_t narrow_capacity;
 } mtf_shard;
 
-/* Opens and checks a shard: an HDF5 file, with a 1-D integer `tokens` of uint16 or int32, and a
- * format_version this build reads. Every failure names the file and says how to fix it. */
+/* Opens and checks a shard: an HDF5 file, with a 1-D integer `tokens` of uint16 or int32, a
+ * format_version this build reads, and a well-formed decode table when it has one (types and sizes; the
+ * contents are checked when the table is read, io/decode_table.h). Every failure names the file and says how to fix it. */
 int mtf_shard_open(const char *path, mtf_shard *shard, mtf_error *err);
 void mtf_shard_close(mtf_shard *shard);
 

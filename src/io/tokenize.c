@@ -8,8 +8,8 @@ _Static_assert(MTF_BYTES_VOCAB_SIZE % MTF_VOCAB_PAD == 0 && MTF_BYTES_VOCAB_SIZE
 int mtf_tokenizer_check(const char *name, mtf_error *err) {
   if (strcmp(name, MTF_BYTES_TOKENIZER) == 0) return MTF_OK;
   return mtf_error_set(err, MTF_ERR_INVALID,
-                       "unknown tokenizer '%s': the built-in tokenizer is 'bytes'; an outside tokenizer can write "
-                       "shards itself in the format of docs/DATA.md",
+                       "unknown tokenizer '%s': the built-in tokenizer is 'bytes'; for BPE or a Hugging Face "
+                       "tokenizer.json use tools/prepare_tokenized.py (docs/DATA.md)",
                        name);
 }
 

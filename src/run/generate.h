@@ -8,7 +8,9 @@
 
 typedef struct mtf_generate_options {
   const char *checkpoint; /* a checkpoint file, or NULL for the run directory's latest */
-  const char *prompt;
+  const char *prompt;     /* text; NULL when prompt_ids is given */
+  const char *prompt_ids; /* ids separated by spaces or commas ("15 496 11"), or NULL */
+  int print_ids;          /* print token ids instead of text */
   int64_t max_new;
   double temperature;     /* 0 = greedy */
   int64_t top_k;          /* 0 = the whole vocabulary */
