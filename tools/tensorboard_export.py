@@ -143,6 +143,12 @@ def main():
     try:
         from tensorboardX import SummaryWriter
     except ImportError as e:
+        # tools/install-deps.sh --python puts tensorboardX into the project's .venv: use it when this one lacks it.
+        venv_python = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python")
+        if os.path.exists(venv_python) and os.path.realpath(sys.executable) != os.path.realpath(venv_python) \
+                and not os.environ.get("MTF_EXPORT_REEXEC"):
+            os.environ["MTF_EXPORT_REEXEC"] = "1"
+            os.execv(venv_python, [venv_python, os.path.abspath(__file__)] + sys.argv[1:])
         sys.exit(f"tensorboard_export: cannot import tensorboardX ({e}) with {sys.executable}; install it with "
                  "`python3 -m pip install tensorboardX` (or tools/install-deps.sh --python)")
     runs = [load(p) for p in args.runs]

@@ -219,6 +219,9 @@ def exporter_interpreter():
 def check_tensorboard(logdir, run_dirs):
     interpreter = exporter_interpreter()
     probe = subprocess.run([*interpreter, "-c", "import tensorboardX"], capture_output=True, text=True)
+    venv_python = os.path.join(os.path.dirname(EXPORT), "..", ".venv", "bin", "python")
+    if probe.returncode != 0 and os.path.exists(venv_python):  # the exporter re-runs itself with .venv's python
+        probe = subprocess.run([venv_python, "-c", "import tensorboardX"], capture_output=True, text=True)
     if probe.returncode != 0:
         print(f"SKIP: {' '.join(interpreter)} cannot import tensorboardX (python3 -m pip install tensorboardX, or "
               f"tools/install-deps.sh --python): {probe.stderr.strip().splitlines()[-1:]}")

@@ -148,7 +148,7 @@ def generate(mtf, mpiexec, config, data, work, decode_ids):
     def train(shard_dir, steps, directory, evaluate):
         return [mpiexec, "-n", "2", mtf, "train", "--fresh", config, *model, "--set",
                 f"data.train={shard_dir}/train-*.h5", "--set", f"data.eval={shard_dir}/val-*.h5" if evaluate else
-                "data.eval=", "--set", f"train.steps={steps}", "--set", "train.log_every=10", "--set",
+                "data.eval=", "--set", f"train.steps={steps}", "--set", "train.log_every=10", "--set", "train.warmup_steps=1", "--set",
                 f"train.checkpoint_every={steps}", "--set", "train.eval_batches=2", "--set", f"run.dir={directory}",
                 "--mesh", "b:2", "--layout", "batch:b"]
     _, out = run(train(data, 30, run_dir, True))
