@@ -105,8 +105,10 @@ static void progress_report(progress *p, int64_t bytes, int64_t tokens, int fina
   p->printed = 1;
   double elapsed = now - p->start, rate = elapsed > 0 ? (double)tokens / elapsed : 0;
   double eta = bytes > 0 && elapsed > 0 ? elapsed * (double)(p->total_bytes - bytes) / (double)bytes : 0;
-  fprintf(stderr, "prepare: %.1f / %.1f MB, %.2f M tokens/s, ETA %.0f s%s", (double)bytes / 1e6,
-          (double)p->total_bytes / 1e6, rate / 1e6, final ? 0.0 : eta, isatty(2) && !final ? "\r" : "\n");
+  char eta_text[32];
+  mtf_format_duration(final ? 0.0 : eta, eta_text, sizeof eta_text);
+  fprintf(stderr, "prepare: %.1f / %.1f MB, %.2f M tokens/s, ETA %s%s", (double)bytes / 1e6,
+          (double)p->total_bytes / 1e6, rate / 1e6, eta_text, isatty(2) && !final ? "\r" : "\n");
   fflush(stderr);
 }
 

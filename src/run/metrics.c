@@ -1,6 +1,8 @@
 /* The progress line and metrics.jsonl (see metrics.h). */
 #include "run/metrics.h"
 
+#include "core/clock.h"
+
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -36,16 +38,6 @@ FILE *mtf_metrics_open(const mtf_config *cfg, int rank, int64_t steps_done, mtf_
   }
   fflush(metrics);
   return metrics;
-}
-
-void mtf_format_duration(double seconds, char *out, size_t size) {
-  long long s = isfinite(seconds) && seconds > 0 ? (long long)(seconds + 0.5) : 0;
-  if (s < 60)
-    snprintf(out, size, "%llds", s);
-  else if (s < 3600)
-    snprintf(out, size, "%lldm%02llds", s / 60, s % 60);
-  else
-    snprintf(out, size, "%lldh%02lldm", s / 3600, s % 3600 / 60);
 }
 
 void mtf_metrics_report(int rank, FILE *metrics, const mtf_step_report *r) {

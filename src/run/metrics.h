@@ -24,9 +24,6 @@ typedef struct mtf_step_report {
   int64_t eval_tokens;
 } mtf_step_report;
 
-/* A duration as the progress lines print it: "42s", "3m07s", "2h05m". */
-void mtf_format_duration(double seconds, char *out, size_t size);
-
 /* On rank 0: writes RUN_DIR/config.yaml and opens RUN_DIR/metrics.jsonl keeping only its lines up to
  * `steps_done` (a resumed run logs the steps after its checkpoint again; a run from step 0 starts a new
  * file and keeps the old one as metrics.jsonl.previous until it is replaced). NULL on the other ranks,
