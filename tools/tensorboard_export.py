@@ -19,15 +19,13 @@ PyPI and not in Debian: the interpreter is python3 on PATH (a virtualenv or pyen
 """
 import argparse
 import glob
-import json
 import math
 import os
 import sys
 
-SUFFIX = ".mtf"  # our event files end so, and only those are replaced by the next export
-EVAL_MARKERS = ("eval", "evaluation", "validation", "val")
-EVAL_KEYS = ("kind", "type", "split", "phase", "event")
+from metrics_jsonl import finite, load  # tools/metrics_jsonl.py, beside this script
 
+SUFFIX = ".mtf"  # our event files end so, and only those are replaced by the next export
 # (tag, record key, scale) of train records
 TRAIN_SERIES = (
     ("loss/train", "loss", 1.0),
@@ -38,52 +36,6 @@ TRAIN_SERIES = (
     ("perf/step_ms", "step_ms", 1.0),
     ("perf/comm_percent", "comm_frac", 100.0),
 )
-
-
-def is_eval(record):
-    if "eval_loss" in record:
-        return True
-    return any(str(record.get(k, "")).lower() in EVAL_MARKERS for k in EVAL_KEYS)
-
-
-def is_train(record):
-    """True for a line with the step's train figures (a train record, or mtf's line at an evaluated step)."""
-    marked_eval = any(str(record.get(k, "")).lower() in EVAL_MARKERS for k in EVAL_KEYS)
-    return not marked_eval and "loss" in record
-
-
-def finite(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def load(path):
-    """(metrics.jsonl path, run directory, train records, eval records), each list sorted by step."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "metrics.jsonl")
-    if not os.path.exists(path):
-        sys.exit(f"{path}: no such file (mtf train writes RUN_DIR/metrics.jsonl every train.log_every steps)")
-    train, evals = [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{number}: not a JSON line ({e})")
-            if not isinstance(record, dict) or not finite(record.get("step")):
-                sys.exit(f"{path}:{number}: not a metrics record (no numeric \"step\")")
-            # mtf train's lines at an evaluated step carry both the step's train figures and eval_loss.
-            if is_eval(record):
-                evals.append(record)
-            if is_train(record):
-                train.append(record)
-    if not train and not evals:
-        sys.exit(f"{path}: no metrics yet (mtf train writes one line every train.log_every steps)")
-    train.sort(key=lambda r: r["step"])
-    evals.sort(key=lambda r: r["step"])
-    return path, os.path.dirname(os.path.abspath(path)), train, evals
 
 
 def wall_times(path, train):
