@@ -8,17 +8,63 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Appends text to out[*at..] with glob's special characters escaped, so glob() matches it literally. */
+static int append_literal(char *out, size_t size, size_t *at, const char *text, size_t length) {
+  for (size_t i = 0; i < length; i++) {
+    if (strchr("*?[]\\", text[i])) {
+      if (*at + 1 >= size) return -1;
+      out[(*at)++] = '\\';
+    }
+    if (*at + 1 >= size) return -1;
+    out[(*at)++] = text[i];
+  }
+  out[*at] = '\0';
+  return 0;
+}
+
+/* The glob pattern for a spec: an existing directory or file is taken literally, whatever characters its
+ * name holds (a directory becomes escaped(dir)/\*.h5); otherwise the spec is a glob, whose directory part is
+ * taken literally when it names an existing directory (so data/run[1]/train-*.h5 works). */
 static int list_paths(const char *spec, glob_t *found, mtf_error *err) {
   struct stat info;
-  char pattern[4096];
-  int is_pattern = strpbrk(spec, "*?[") != NULL;
-  if (!is_pattern && stat(spec, &info) != 0)
+  char pattern[8192], shown[4200];
+  size_t at = 0;
+  int is_pattern = strpbrk(spec, "*?[") != NULL, too_long = 0;
+  int exists = stat(spec, &info) == 0;
+  if (!exists && !is_pattern)
     return mtf_error_set(err, MTF_ERR_IO, "data '%s': %s: give a directory of shards, a glob or a shard file", spec,
                          strerror(errno));
-  if (!is_pattern && S_ISDIR(info.st_mode))
-    snprintf(pattern, sizeof pattern, "%s/*.h5", spec);
-  else
-    snprintf(pattern, sizeof pattern, "%s", spec);
+  pattern[0] = '\0';
+  if (exists && S_ISDIR(info.st_mode)) {
+    too_long = append_literal(pattern, sizeof pattern, &at, spec, strlen(spec)) ||
+               append_literal(pattern, sizeof pattern, &at, "/", 1);
+    if (!too_long && at + 5 < sizeof pattern) strcat(pattern, "*.h5");
+    else too_long = 1;
+    snprintf(shown, sizeof shown, "%s/*.h5", spec);
+  } else if (exists) {
+    too_long = append_literal(pattern, sizeof pattern, &at, spec, strlen(spec));
+    snprintf(shown, sizeof shown, "%s", spec);
+  } else {
+    const char *slash = strrchr(spec, '/');
+    char dir[4096];
+    struct stat dir_info;
+    size_t dir_length = slash ? (size_t)(slash - spec) : 0;
+    if (slash && dir_length > 0 && dir_length < sizeof dir) {
+      memcpy(dir, spec, dir_length);
+      dir[dir_length] = '\0';
+    }
+    if (slash && dir_length > 0 && dir_length < sizeof dir && stat(dir, &dir_info) == 0 && S_ISDIR(dir_info.st_mode)) {
+      too_long = append_literal(pattern, sizeof pattern, &at, spec, dir_length);
+      if (!too_long && at + strlen(slash) < sizeof pattern) strcat(pattern, slash);
+      else too_long = 1;
+    } else if (strlen(spec) < sizeof pattern) {
+      snprintf(pattern, sizeof pattern, "%s", spec);
+    } else {
+      too_long = 1;
+    }
+    snprintf(shown, sizeof shown, "%s", spec);
+  }
+  if (too_long) return mtf_error_set(err, MTF_ERR_INVALID, "data '%.200s...': the path is too long", spec);
   /* glob() sorts its matches, so every rank sees the same shard order. */
   int rc = glob(pattern, 0, NULL, found);
   if (rc == GLOB_NOMATCH || (rc == 0 && found->gl_pathc == 0)) {
@@ -26,11 +72,11 @@ static int list_paths(const char *spec, glob_t *found, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_IO,
                          "data '%s': no shard files match '%s': check the path, or create shards with 'mtf data "
                          "prepare' or 'mtf data synth'",
-                         spec, pattern);
+                         spec, shown);
   }
   if (rc != 0) {
     globfree(found);
-    return mtf_error_set(err, MTF_ERR_IO, "data '%s': cannot list '%s' (%s)", spec, pattern,
+    return mtf_error_set(err, MTF_ERR_IO, "data '%s': cannot list '%s' (%s)", spec, shown,
                          rc == GLOB_NOSPACE ? "out of memory" : "read error");
   }
   return MTF_OK;

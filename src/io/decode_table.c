@@ -4,6 +4,8 @@
 #include "io/decode_table.h"
 
 #include <hdf5.h>
+
+#include "io/h5_checked.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +17,9 @@ static int check_dataset(hid_t loc, const char *name, const char *where, size_t 
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' is not a dataset HDF5 can open: the decode table is two 1-D "
                          "datasets, decode_offsets (int64) and decode_bytes (uint8); see docs/DATA.md", where, name);
   hid_t type = H5Dget_type(dataset), space = H5Dget_space(dataset);
-  int rc = MTF_OK;
-  if (type < 0 || space < 0) {
+  int rc = mtf_h5_check_dataset(loc, name, dataset, where, err);
+  if (rc != MTF_OK) {
+  } else if (type < 0 || space < 0) {
     rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: cannot read the type and shape of '%s' (damaged file?)", where, name);
   } else {
     int is_int = H5Tget_class(type) == H5T_INTEGER;

@@ -60,6 +60,18 @@ static int get_shard(mtf_loader *loader, int index, mtf_shard **out, mtf_error *
       loader->open_count--;
     }
     MTF_CHECK(mtf_shard_open(loader->dataset.paths[index], shard, err));
+    /* The windows were counted from the file as listed: one changed since then is refused. */
+    const mtf_shard_meta *listed = &loader->dataset.meta[index];
+    if (shard->meta.file_size != listed->file_size || shard->meta.file_mtime_sec != listed->file_mtime_sec ||
+        shard->meta.file_mtime_nsec != listed->file_mtime_nsec || shard->meta.num_tokens != listed->num_tokens) {
+      int rc = mtf_error_set(err, MTF_ERR_IO,
+                             "shard '%s' changed since it was opened (was %lld bytes, now %lld, or rewritten): a "
+                             "shard must not be modified while it is read; restart once it is written",
+                             loader->dataset.paths[index], (long long)listed->file_size,
+                             (long long)shard->meta.file_size);
+      mtf_shard_close(shard);
+      return rc;
+    }
     loader->open_count++;
   }
   loader->last_used[index] = ++loader->use_clock;
@@ -86,7 +98,7 @@ static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *to
     int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start;
     int shard_index;
     mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
-    mtf_shard *shard;
+    mtf_shard *shard = NULL;
     rc = get_shard(loader, shard_index, &shard, err);
     if (rc == MTF_OK)
       rc = mtf_shard_read(shard, token_start, loader->row_tokens, tokens + r * loader->row_tokens,

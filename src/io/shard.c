@@ -10,7 +10,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "io/h5_checked.h"
 
 static pthread_mutex_t hdf5_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -82,45 +85,28 @@ int mtf_shard_write(const char *path, const int32_t *tokens, int64_t count, int6
   return rc;
 }
 
-/* Reads an optional integer attribute of the root group; leaves *value alone when absent. */
-static int read_int_attr(hid_t file, const char *name, int64_t *value) {
-  if (H5Aexists(file, name) <= 0) return 0;
-  hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
-  if (attr < 0) return -1;
-  hid_t type = H5Aget_type(attr);
-  int is_int = H5Tget_class(type) == H5T_INTEGER;
-  herr_t status = is_int ? H5Aread(attr, H5T_NATIVE_INT64, value) : -1;
-  H5Tclose(type);
-  H5Aclose(attr);
-  return status < 0 ? -1 : 0;
+/* The file under a shard as it was opened: size and modification time (its identity is checked once,
+ * at open). A shard truncated or rewritten under a running loader would read zeros or another file's
+ * tokens; every read compares these first. */
+static int file_changed(const struct stat *now, const mtf_shard_meta *meta) {
+  return (int64_t)now->st_size != meta->file_size || (int64_t)now->st_mtim.tv_sec != meta->file_mtime_sec ||
+         (int64_t)now->st_mtim.tv_nsec != meta->file_mtime_nsec || (int64_t)now->st_ctim.tv_sec != meta->file_ctime_sec ||
+         (int64_t)now->st_ctim.tv_nsec != meta->file_ctime_nsec;
 }
 
-static void read_string_attr(hid_t file, const char *name, char *out, size_t size) {
-  out[0] = '\0';
-  if (H5Aexists(file, name) <= 0) return;
-  hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
-  if (attr < 0) return;
-  hid_t type = H5Aget_type(attr);
-  if (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0) {
-    char *value = NULL;
-    hid_t memtype = H5Tcopy(H5T_C_S1);
-    H5Tset_size(memtype, H5T_VARIABLE);
-    H5Tset_cset(memtype, H5Tget_cset(type));
-    if (H5Aread(attr, memtype, &value) >= 0 && value) {
-      snprintf(out, size, "%s", value);
-      H5free_memory(value);
-    }
-    H5Tclose(memtype);
-  } else if (H5Tget_class(type) == H5T_STRING) {
-    size_t length = H5Tget_size(type);
-    char *buf = calloc(length + 1, 1);
-    hid_t memtype = H5Tcopy(type);
-    if (buf && H5Aread(attr, memtype, buf) >= 0) snprintf(out, size, "%s", buf);
-    H5Tclose(memtype);
-    free(buf);
-  }
-  H5Tclose(type);
-  H5Aclose(attr);
+static void record_file(const struct stat *info, mtf_shard_meta *meta) {
+  meta->file_size = (int64_t)info->st_size;
+  meta->file_mtime_sec = (int64_t)info->st_mtim.tv_sec;
+  meta->file_mtime_nsec = (int64_t)info->st_mtim.tv_nsec;
+  meta->file_ctime_sec = (int64_t)info->st_ctim.tv_sec;
+  meta->file_ctime_nsec = (int64_t)info->st_ctim.tv_nsec;
+}
+
+/* fstat of the descriptor HDF5's sec2 driver reads through. */
+static int stat_open_file(hid_t file, struct stat *info) {
+  void *handle = NULL;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || !handle) return -1;
+  return fstat(*(int *)handle, info);
 }
 
 static const char *type_name(hid_t type) {
@@ -142,9 +128,17 @@ static const char *type_name(hid_t type) {
 /* Checks the file and the `tokens` dataset; on success shard->file and shard->dataset are open. */
 static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
   quiet_hdf5();
-  if (access(path, R_OK) != 0)
+  /* stat first: a FIFO or device opened for reading would block, or read something that is no file. */
+  struct stat before;
+  if (stat(path, &before) != 0 || access(path, R_OK) != 0)
     return mtf_error_set(err, MTF_ERR_IO, "shard '%s': cannot open it (%s): check the path and permissions", path,
                          strerror(errno));
+  if (!S_ISREG(before.st_mode))
+    return mtf_error_set(err, MTF_ERR_IO, "shard '%s' is not a regular file (it is a %s): a shard is an HDF5 file; "
+                         "remove it from the dataset", path,
+                         S_ISFIFO(before.st_mode) ? "FIFO" : S_ISDIR(before.st_mode) ? "directory"
+                         : S_ISSOCK(before.st_mode) ? "socket" : S_ISCHR(before.st_mode) || S_ISBLK(before.st_mode)
+                         ? "device" : "special file");
   if (H5Fis_hdf5(path) <= 0)
     return mtf_error_set(err, MTF_ERR_IO,
                          "shard '%s' is not a readable HDF5 file (not HDF5, or truncated or damaged): re-create it "
@@ -157,6 +151,14 @@ static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
                          "'mtf data prepare' or remove it from the dataset",
                          path);
   shard->file = file;
+  struct stat opened;
+  if (stat_open_file(file, &opened) != 0 || opened.st_dev != before.st_dev || opened.st_ino != before.st_ino ||
+      !S_ISREG(opened.st_mode))
+    return mtf_error_set(err, MTF_ERR_IO, "shard '%s' was replaced while it was being opened: try again once it is "
+                         "written", path);
+  record_file(&opened, &shard->meta);
+  char where[4200];
+  snprintf(where, sizeof where, "shard '%s'", path);
   if (H5Lexists(file, "tokens", H5P_DEFAULT) <= 0)
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "shard '%s' has no dataset 'tokens': a shard holds its token ids in a 1-D dataset named "
@@ -190,16 +192,30 @@ static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
                          "documents separated by the end-of-text id): flatten it when writing the shard",
                          path, rank);
   shard->meta.num_tokens = (int64_t)dims[0];
+  MTF_CHECK(mtf_h5_check_dataset(file, "tokens", dataset, where, err));
 
   int64_t attr_tokens = -1;
-  if (read_int_attr(file, "vocab_size", &shard->meta.vocab_size) || read_int_attr(file, "eot_id", &shard->meta.eot_id) ||
-      read_int_attr(file, "num_tokens", &attr_tokens) ||
-      read_int_attr(file, "format_version", &shard->meta.format_version))
-    return mtf_error_set(err, MTF_ERR_INVALID,
-                         "shard '%s': the attributes vocab_size, eot_id, num_tokens and format_version must be "
-                         "integers",
-                         path);
-  read_string_attr(file, "tokenizer", shard->meta.tokenizer, sizeof shard->meta.tokenizer);
+  int has_vocab, has_eot, has_tokens, has_version, has_tokenizer;
+  MTF_CHECK(mtf_h5_attr_int(file, "vocab_size", where, &shard->meta.vocab_size, &has_vocab, err));
+  MTF_CHECK(mtf_h5_attr_int(file, "eot_id", where, &shard->meta.eot_id, &has_eot, err));
+  MTF_CHECK(mtf_h5_attr_int(file, "num_tokens", where, &attr_tokens, &has_tokens, err));
+  MTF_CHECK(mtf_h5_attr_int(file, "format_version", where, &shard->meta.format_version, &has_version, err));
+  MTF_CHECK(mtf_h5_attr_string(file, "tokenizer", where, shard->meta.tokenizer, sizeof shard->meta.tokenizer,
+                               &has_tokenizer, err));
+  if (has_vocab && (shard->meta.vocab_size < 1 || shard->meta.vocab_size > INT32_MAX))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: attribute 'vocab_size' is %lld, out of range: it must be in [1, %d] "
+                         "(token ids are int32)", where, (long long)shard->meta.vocab_size, INT32_MAX);
+  if (has_eot && (shard->meta.eot_id < -1 || shard->meta.eot_id > INT32_MAX ||
+                  (has_vocab && shard->meta.eot_id >= shard->meta.vocab_size)))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: attribute 'eot_id' is %lld, out of range: it must be an id below "
+                         "vocab_size (or -1 for none)", where, (long long)shard->meta.eot_id);
+  if (has_version && shard->meta.format_version < 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: attribute 'format_version' is %lld; it must not be negative", where,
+                         (long long)shard->meta.format_version);
+  if (!has_tokens) attr_tokens = -1;
+  else if (attr_tokens < 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: attribute 'num_tokens' is %lld; it must not be negative", where,
+                         (long long)attr_tokens);
   if (attr_tokens >= 0 && attr_tokens != shard->meta.num_tokens)
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "shard '%s': attribute num_tokens is %lld but dataset 'tokens' holds %lld: the file is "
@@ -209,8 +225,6 @@ static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "shard '%s' has format_version %lld, newer than this mtf reads (%d): update mtf", path,
                          (long long)shard->meta.format_version, MTF_SHARD_FORMAT_VERSION);
-  char where[4200];
-  snprintf(where, sizeof where, "shard '%s'", path);
   int present = 0;
   MTF_CHECK(mtf_decode_table_probe(file, where, shard->meta.vocab_size, &present, &shard->meta.decode_bytes, err));
   shard->meta.decode_ids = present ? shard->meta.vocab_size : 0;
@@ -280,7 +294,14 @@ int mtf_shard_read(mtf_shard *shard, int64_t offset, int64_t count, int32_t *out
     status = H5Dread((hid_t)shard->dataset, narrow ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT32, mem_space, file_space,
                      H5P_DEFAULT, narrow ? (void *)shard->narrow : (void *)out);
   H5Sclose(mem_space);
+  struct stat now = {0};
+  int changed = stat_open_file((hid_t)shard->file, &now) != 0 || file_changed(&now, &shard->meta);
   mtf_hdf5_unlock();
+  if (changed)
+    return mtf_error_set(err, MTF_ERR_IO,
+                         "shard '%s' changed since it was opened (was %lld bytes, now %lld, or rewritten): a shard "
+                         "must not be modified while it is read; restart once it is written",
+                         shard->path, (long long)shard->meta.file_size, (long long)now.st_size);
   if (status >= 0 && narrow)
     for (int64_t i = 0; i < count; i++) out[i] = shard->narrow[i];
   if (status < 0)

@@ -32,6 +32,8 @@ typedef struct mtf_shard_meta {
   int token_bytes; /* 2 (uint16) or 4 (int32) */
   int64_t decode_ids;   /* ids the decode table covers (= vocab_size), 0 when the shard has none */
   int64_t decode_bytes; /* the table's bytes (io/decode_table.h) */
+  /* The file as it was opened (stat): a read after it changed is refused, naming the file. */
+  int64_t file_size, file_mtime_sec, file_mtime_nsec, file_ctime_sec, file_ctime_nsec;
 } mtf_shard_meta;
 
 /* Writes a whole shard at path (replacing it): tokens are stored as uint16 when vocab_size <= 65536,
@@ -56,7 +58,8 @@ typedef struct mtf_shard {
 int mtf_shard_open(const char *path, mtf_shard *shard, mtf_error *err);
 void mtf_shard_close(mtf_shard *shard);
 
-/* Reads tokens [offset, offset + count) as int32 (one hyperslab read). When vocab_limit > 0, an id
+/* Reads tokens [offset, offset + count) as int32 (one hyperslab read). Fails, naming the file, when the
+ * file's size, mtime or ctime differ from when it was opened (truncated or rewritten under the reader). When vocab_limit > 0, an id
  * outside [0, vocab_limit) is an error naming the file and the id's offset in it. */
 int mtf_shard_read(mtf_shard *shard, int64_t offset, int64_t count, int32_t *out, int64_t vocab_limit,
                    mtf_error *err);

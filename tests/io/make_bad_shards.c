@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +41,130 @@ static int write_raw(const char *path, const char *name, hid_t file_type, int ra
   H5Fclose(file);
   free(values);
   return status < 0 ? -1 : 0;
+}
+
+/* A good 1000-token shard at dir/shard-00000.h5, reopened read-write with attribute `name` deleted, so
+ * the caller can put a hostile one in its place. Returns the open file, or -1. */
+static hid_t good_shard_without(const char *dir, const char *name, char *path, size_t size) {
+  int32_t tokens[1000];
+  for (int i = 0; i < 1000; i++) tokens[i] = i % 256;
+  mtf_error err;
+  snprintf(path, size, "%s/shard-00000.h5", dir);
+  if (mtf_shard_write(path, tokens, 1000, 384, 256, "bytes", &err) != MTF_OK) return -1;
+  hid_t file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  if (file >= 0 && name && H5Adelete(file, name) < 0) {
+    H5Fclose(file);
+    return -1;
+  }
+  return file;
+}
+
+/* Attribute `name` of the given type and dataspace (rank 0: scalar), with data from buf. */
+static int put_attr_as(hid_t file, const char *name, hid_t type, hid_t mem_type, int rank, hsize_t count,
+                       const void *buf) {
+  hsize_t dims[1] = {count};
+  hid_t space = rank == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL);
+  hid_t attr = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t status = attr < 0 ? -1 : H5Awrite(attr, mem_type, buf);
+  if (attr >= 0) H5Aclose(attr);
+  H5Sclose(space);
+  return status < 0 ? -1 : 0;
+}
+
+static int put_attr(hid_t file, const char *name, hid_t type, int rank, hsize_t count, const void *buf) {
+  return put_attr_as(file, name, type, type, rank, count, buf);
+}
+
+/* A fixed-length string type of the given width and padding (h5py writes numpy 'S' strings NULLPAD). */
+static hid_t fixed_string(size_t width, H5T_str_t pad) {
+  hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, width);
+  H5Tset_strpad(type, pad);
+  return type;
+}
+
+/* Hostile and unusual attributes, one directory each (attr-*): the shard is otherwise good. */
+static int write_attr_cases(const char *root) {
+  char dir[2048], path[4096];
+  int failed = 0;
+  hid_t file;
+
+  /* vocab_size as an array of 4096 integers (read into one int64, it overflowed the stack). */
+  static int64_t many[4096];
+  for (int i = 0; i < 4096; i++) many[i] = 384 + i;
+  make_dir(root, "attr-int-array", dir, sizeof dir);
+  file = good_shard_without(dir, "vocab_size", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "vocab_size", H5T_STD_I64LE, 1, 4096, many);
+  if (file >= 0) H5Fclose(file);
+
+  /* vocab_size as a float. */
+  double vocab = 384;
+  make_dir(root, "attr-int-float", dir, sizeof dir);
+  file = good_shard_without(dir, "vocab_size", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "vocab_size", H5T_IEEE_F64LE, 0, 1, &vocab);
+  if (file >= 0) H5Fclose(file);
+
+  /* vocab_size as a uint64 past int64's range. */
+  uint64_t huge = UINT64_MAX - 5;
+  make_dir(root, "attr-int-huge", dir, sizeof dir);
+  file = good_shard_without(dir, "vocab_size", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "vocab_size", H5T_STD_U64LE, 0, 1, &huge);
+  if (file >= 0) H5Fclose(file);
+
+  /* tokenizer as an array of 64 variable-length strings (read into one pointer: a heap overflow). */
+  const char *names[64];
+  for (int i = 0; i < 64; i++) names[i] = "bytes";
+  hid_t vlen = H5Tcopy(H5T_C_S1);
+  H5Tset_size(vlen, H5T_VARIABLE);
+  make_dir(root, "attr-str-vlen-array", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", vlen, 1, 64, names);
+  if (file >= 0) H5Fclose(file);
+
+  /* tokenizer as an array of 64 fixed-length strings of 100 bytes (read into one: a heap overflow). */
+  static char fixed[64][100];
+  for (int i = 0; i < 64; i++) snprintf(fixed[i], sizeof fixed[i], "bytes");
+  hid_t wide = fixed_string(100, H5T_STR_NULLTERM);
+  make_dir(root, "attr-str-fixed-array", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", wide, 1, 64, fixed);
+  if (file >= 0) H5Fclose(file);
+  H5Tclose(wide);
+
+  /* tokenizer longer than a tokenizer name may be (MTF_SHARD_TOKENIZER_MAX - 1 bytes). */
+  static char longname[300];
+  memset(longname, 'x', sizeof longname - 1);
+  make_dir(root, "attr-str-long", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", vlen, 0, 1, (const char *[]){longname});
+  if (file >= 0) H5Fclose(file);
+
+  /* tokenizer as an integer. */
+  int64_t seven = 7;
+  make_dir(root, "attr-str-int", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", H5T_STD_I64LE, 0, 1, &seven);
+  if (file >= 0) H5Fclose(file);
+
+  /* Good shards: tokenizer as h5py writes it, NULLPAD "bytes" in exactly 5 bytes (no terminator: the
+   * last character must survive), a scalar variable-length string, and a 1-element array of int. */
+  hid_t pad = fixed_string(5, H5T_STR_NULLPAD);
+  make_dir(root, "attr-ok-nullpad", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", pad, 0, 1, "bytes");
+  if (file >= 0) H5Fclose(file);
+  H5Tclose(pad);
+  make_dir(root, "attr-ok-vlen", dir, sizeof dir);
+  file = good_shard_without(dir, "tokenizer", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "tokenizer", vlen, 0, 1, (const char *[]){"bytes"});
+  if (file >= 0) H5Fclose(file);
+  int32_t one_vocab = 384;
+  make_dir(root, "attr-ok-int-1elem", dir, sizeof dir);
+  file = good_shard_without(dir, "vocab_size", path, sizeof path);
+  failed |= file < 0 || put_attr_as(file, "vocab_size", H5T_STD_I32BE, H5T_NATIVE_INT32, 1, 1, &one_vocab);
+  if (file >= 0) H5Fclose(file);
+  H5Tclose(vlen);
+  return failed;
 }
 
 int main(int argc, char **argv) {
@@ -104,6 +229,22 @@ int main(int argc, char **argv) {
   failed |= stat(path, &info) != 0 || truncate(path, info.st_size / 2) != 0;
 
   make_dir(root, "empty", dir, sizeof dir); /* a directory with no shards at all */
+
+  failed |= write_attr_cases(root);
+
+  /* A FIFO named like a shard (opening it blocking would hang), next to nothing else. */
+  make_dir(root, "fifo", dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/shard-00000.h5", dir);
+  unlink(path);
+  failed |= mkfifo(path, 0666) != 0;
+
+  /* A good shard in a directory whose name holds glob characters. */
+  make_dir(root, "odd[1]*?dir", dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/shard-00000.h5", dir);
+  failed |= mtf_shard_write(path, many, 1000, 384, 256, "bytes", &err);
+  make_dir(root, "odd1xydir", dir, sizeof dir); /* what the unescaped pattern odd[1]*?dir would match */
+  snprintf(path, sizeof path, "%s/shard-00000.h5", dir);
+  failed |= mtf_shard_write(path, many, 3, 384, 256, "bytes", &err);
 
   if (failed) fprintf(stderr, "make_bad_shards: could not write every case under %s\n", root);
   return failed ? 1 : 0;

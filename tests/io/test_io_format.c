@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../check.h"
 #include "io/dataset.h"
@@ -254,6 +256,99 @@ static void test_bad_inputs(void) {
   CHECK(open_bad("bad-token", 1, 0, 500, &err) == MTF_OK);
 }
 
+/* Attributes of the wrong rank, size, class or width are refused by name, without reading past a buffer
+ * (the arrays overflowed the stack and the heap under ASan); strings as h5py writes them read whole. */
+static void test_bad_attributes(void) {
+  mtf_error err;
+  CHECK(open_bad("attr-int-array", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-int-array/shard-00000.h5", "attribute 'vocab_size'", "4096 elements", "scalar");
+  CHECK(open_bad("attr-int-float", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-int-float/shard-00000.h5", "attribute 'vocab_size'", "must be an integer");
+  CHECK(open_bad("attr-int-huge", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-int-huge/shard-00000.h5", "attribute 'vocab_size'", "out of range");
+  CHECK(open_bad("attr-str-vlen-array", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-str-vlen-array/shard-00000.h5", "attribute 'tokenizer'", "64 elements", "scalar");
+  CHECK(open_bad("attr-str-fixed-array", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-str-fixed-array/shard-00000.h5", "attribute 'tokenizer'", "64 elements");
+  CHECK(open_bad("attr-str-long", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-str-long/shard-00000.h5", "attribute 'tokenizer'", "at most 63 bytes");
+  CHECK(open_bad("attr-str-int", 8, 0, 1, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "attr-str-int/shard-00000.h5", "attribute 'tokenizer'", "must be a string");
+  const char *good[] = {"attr-ok-nullpad", "attr-ok-vlen", "attr-ok-int-1elem"};
+  for (int i = 0; i < 3; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s/shard-00000.h5", bad_dir, good[i]);
+    mtf_shard_meta meta;
+    int rc = mtf_shard_stat(path, &meta, &err);
+    CHECK(rc == MTF_OK);
+    if (rc != MTF_OK) {
+      fprintf(stderr, "  %s\n", err.msg);
+      continue;
+    }
+    CHECK(strcmp(meta.tokenizer, "bytes") == 0);
+    CHECK(meta.vocab_size == 384);
+    CHECK(open_bad(good[i], 8, 0, 1, &err) == MTF_OK);
+  }
+}
+
+/* A FIFO is refused without blocking; a directory whose name holds glob characters is read literally,
+ * as a directory and as the literal part of a glob. */
+static void test_odd_paths(void) {
+  mtf_error err;
+  CHECK(open_bad("fifo", 8, 0, 1, &err) == MTF_ERR_IO);
+  CHECK_CONTAINS(err.msg, "fifo/shard-00000.h5", "not a regular file");
+  const char *specs[] = {"odd[1]*?dir", "odd[1]*?dir/*.h5", "odd[1]*?dir/shard-00000.h5"};
+  for (int i = 0; i < 3; i++) {
+    char spec[4096];
+    snprintf(spec, sizeof spec, "%s/%s", bad_dir, specs[i]);
+    mtf_dataset dataset;
+    int rc = mtf_dataset_open(spec, 8, &dataset, &err);
+    CHECK(rc == MTF_OK);
+    if (rc != MTF_OK) {
+      fprintf(stderr, "  %s: %s\n", spec, err.msg);
+      continue;
+    }
+    CHECK(dataset.count == 1 && dataset.tokens == 1000);
+    CHECK(strstr(dataset.paths[0], "odd[1]*?dir/shard-00000.h5") != NULL);
+    mtf_dataset_close(&dataset);
+  }
+}
+
+/* A shard truncated, rewritten in place or touched after it was opened is refused, by name, at the
+ * next read (it read zeros before). */
+static void test_changed_shard(void) {
+  int32_t tokens[4000], back[100];
+  for (int i = 0; i < 4000; i++) tokens[i] = 1 + i % 200;
+  mtf_error err;
+  for (int how = 0; how < 3; how++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/changed-%d.h5", scratch, how);
+    CHECK(mtf_shard_write(path, tokens, 4000, 384, 256, "bytes", &err) == MTF_OK);
+    mtf_shard shard;
+    CHECK(mtf_shard_open(path, &shard, &err) == MTF_OK);
+    CHECK(mtf_shard_read(&shard, 3000, 100, back, 384, &err) == MTF_OK && back[0] == tokens[3000]);
+    struct stat info;
+    CHECK(stat(path, &info) == 0);
+    if (how == 0) {
+      CHECK(truncate(path, info.st_size / 2) == 0);
+    } else if (how == 1) { /* same size, new bytes (zeros) over the tokens */
+      FILE *f = fopen(path, "r+b");
+      static char zeros[8000];
+      CHECK(f && fseek(f, info.st_size - 6000, SEEK_SET) == 0 && fwrite(zeros, 1, 6000, f) == 6000);
+      if (f) fclose(f);
+      struct timespec times[2] = {{0, UTIME_OMIT}, {info.st_mtim.tv_sec + 5, 0}};
+      utimensat(AT_FDCWD, path, times, 0); /* a rewrite within the clock's granularity keeps mtime */
+    } else {
+      struct timespec times[2] = {{0, UTIME_OMIT}, {info.st_mtim.tv_sec + 5, 0}};
+      CHECK(utimensat(AT_FDCWD, path, times, 0) == 0);
+    }
+    int rc = mtf_shard_read(&shard, 3000, 100, back, 384, &err);
+    CHECK(rc == MTF_ERR_IO);
+    if (rc != MTF_OK) CHECK_CONTAINS(err.msg, path, "changed since it was opened");
+    mtf_shard_close(&shard);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: test_io_format BAD_SHARDS_DIR SCRATCH_DIR\n");
@@ -267,5 +362,8 @@ int main(int argc, char **argv) {
   test_prepare_round_trip();
   test_synth();
   test_bad_inputs();
+  test_bad_attributes();
+  test_odd_paths();
+  test_changed_shard();
   return check_summary();
 }
