@@ -41,8 +41,8 @@ static void test_yaml(void) {
   CHECK(mtf_mesh_parse_yaml(zero, strlen(zero), "run.yaml", &mesh, &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "run.yaml:2:1: mesh: mesh axis", "sizes must be at least 1");
   const char *twice = "b: 2\nb: 4\n";
-  CHECK(mtf_mesh_parse_yaml(twice, strlen(twice), "run.yaml", &mesh, &err) == MTF_ERR_INVALID);
-  CHECK_CONTAINS(err.msg, "run.yaml:2:1", "dimension 'b' appears twice");
+  CHECK(mtf_mesh_parse_yaml(twice, strlen(twice), "run.yaml", &mesh, &err) == MTF_ERR_PARSE);
+  CHECK_CONTAINS(err.msg, "run.yaml:2:1", "duplicate key 'b'");
   const char *list = "- 2\n- 4\n";
   CHECK(mtf_mesh_parse_yaml(list, strlen(list), "run.yaml", &mesh, &err) == MTF_ERR_PARSE);
   CHECK_CONTAINS(err.msg, "run.yaml:1:1: mesh: a mesh shape is a mapping", "not a list");

@@ -2,6 +2,7 @@
  * that every sub-communicator connects the right ranks, and how fast an allreduce is over each set of
  * mesh axes. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,10 +72,11 @@ int mtf_cmd_commcheck(int argc, char **argv) {
       case 'm': mesh_text = optarg; break;
       case 'b':
       case 'i': {
-        long value = strtol(optarg, &end, 10);
-        if (*optarg == '\0' || *end != '\0' || value < 1) {
-          fprintf(stderr, "mtf commcheck: --%s must be a positive integer, not '%s'\n", opt == 'b' ? "bytes" : "iters",
-                  optarg);
+        errno = 0;
+        long value = strtol(optarg, &end, 10), most = opt == 'b' ? 1L << 32 : 1L << 20;
+        if (*optarg == '\0' || *end != '\0' || errno == ERANGE || value < 1 || value > most) {
+          fprintf(stderr, "mtf commcheck: --%s must be an integer from 1 to %ld, not '%s'\n",
+                  opt == 'b' ? "bytes" : "iters", most, optarg);
           return MTF_EXIT_USAGE;
         }
         *(opt == 'b' ? &bytes : &iters) = value;

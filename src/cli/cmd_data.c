@@ -2,6 +2,8 @@
  * does on a mesh (check, an MPI job). The format and the loader are in src/io; docs/DATA.md describes
  * both. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -59,11 +61,14 @@ static void data_usage(FILE *out) {
           (long long)MTF_DEFAULT_SHARD_TOKENS);
 }
 
-static int parse_int(const char *opt, const char *text, long long min, long long *out) {
+/* Integers from the command line: bounded, so that the products made of them (examples x length, ...)
+ * cannot overflow. */
+static int parse_int(const char *opt, const char *text, long long min, long long max, long long *out) {
   char *end = NULL;
+  errno = 0;
   long long value = strtoll(text, &end, 10);
-  if (*text == '\0' || *end != '\0' || value < min) {
-    fprintf(stderr, "mtf data: --%s must be an integer >= %lld, not '%s'\n", opt, min, text);
+  if (*text == '\0' || *end != '\0' || errno == ERANGE || value < min || value > max) {
+    fprintf(stderr, "mtf data: --%s must be an integer from %lld to %lld, not '%s'\n", opt, min, max, text);
     return -1;
   }
   *out = value;
@@ -140,14 +145,14 @@ static int parse_args(int argc, char **argv, data_args *args) {
         if (parse_fraction(optarg, &args->val_fraction)) return -1;
         args->val_fraction_set = 1;
         break;
-      case OPT_SHARD_TOKENS: if (parse_int("shard-tokens", optarg, 1, &args->shard_tokens)) return -1; break;
-      case OPT_EXAMPLES: if (parse_int("examples", optarg, 1, &args->examples)) return -1; break;
-      case OPT_LENGTH: if (parse_int("length", optarg, 1, &args->length)) return -1; break;
-      case OPT_SEED: if (parse_int("seed", optarg, 0, &args->seed)) return -1; break;
-      case OPT_BATCH: if (parse_int("batch", optarg, 1, &args->batch)) return -1; break;
-      case OPT_STEPS: if (parse_int("steps", optarg, 1, &args->steps)) return -1; break;
-      case OPT_PREFETCH: if (parse_int("prefetch", optarg, 0, &args->prefetch)) return -1; break;
-      case OPT_VOCAB: if (parse_int("vocab", optarg, 1, &args->vocab)) return -1; break;
+      case OPT_SHARD_TOKENS: if (parse_int("shard-tokens", optarg, 1, 1LL << 40, &args->shard_tokens)) return -1; break;
+      case OPT_EXAMPLES: if (parse_int("examples", optarg, 1, 1LL << 32, &args->examples)) return -1; break;
+      case OPT_LENGTH: if (parse_int("length", optarg, 1, 1LL << 20, &args->length)) return -1; break;
+      case OPT_SEED: if (parse_int("seed", optarg, 0, 1000000000000000000LL, &args->seed)) return -1; break;
+      case OPT_BATCH: if (parse_int("batch", optarg, 1, 1LL << 24, &args->batch)) return -1; break;
+      case OPT_STEPS: if (parse_int("steps", optarg, 1, 1000000000000000000LL, &args->steps)) return -1; break;
+      case OPT_PREFETCH: if (parse_int("prefetch", optarg, 0, 64, &args->prefetch)) return -1; break;
+      case OPT_VOCAB: if (parse_int("vocab", optarg, 1, INT32_MAX, &args->vocab)) return -1; break;
       case 'h': args->help = 1; break;
       default: return -1;
     }

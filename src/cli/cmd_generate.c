@@ -1,5 +1,7 @@
 /* `mtf generate CONFIG --prompt TEXT`: samples text from a checkpoint under mpiexec/srun (src/run/generate.c). */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +22,7 @@ static void generate_usage(FILE *out) {
                "  --prompt-ids IDS     the prompt as token ids, separated by spaces or commas (any tokenizer)\n"
                "  --ids                print token ids instead of text (automatic when the tokenizer has no decode\n"
                "                       table)\n"
-               "  --max-new N          tokens to generate (default 200); stops early at end-of-text\n"
+               "  --max-new N          tokens to generate (default 200, at most 16777216); stops early at end-of-text\n"
                "  --temperature T      sampling temperature (default 1; 0 = greedy)\n"
                "  --top-k K            sample among the K most likely tokens (default 0 = all)\n"
                "  --seed S             sampling seed (default 1); every mesh gives the same text for one seed\n"
@@ -45,15 +47,28 @@ static int generate_option(void *ctx, int opt, const char *value) {
     generate->print_ids = 1;
     return MTF_EXIT_OK;
   }
+  const char *name = opt == 'n' ? "max-new" : opt == 't' ? "temperature" : opt == 'k' ? "top-k" : "seed";
   char *end = NULL;
-  double number = strtod(value, &end);
-  if (*value == '\0' || *end != '\0' || number < 0 || (opt != 't' && number != (double)(int64_t)number)) {
-    fprintf(stderr, "mtf generate: bad value '%s' for --%s\n\n", value,
-            opt == 'n' ? "max-new" : opt == 't' ? "temperature" : opt == 'k' ? "top-k" : "seed");
+  errno = 0;
+  if (opt == 't') { /* a finite number >= 0: nan, inf and negatives are refused */
+    double number = strtod(value, &end);
+    if (*value == '\0' || *end != '\0' || errno == ERANGE || !isfinite(number) || number < 0) {
+      fprintf(stderr, "mtf generate: bad value '%s' for --temperature: give a finite number >= 0 (0 = greedy)\n\n",
+              value);
+      return MTF_EXIT_USAGE;
+    }
+    generate->temperature = number;
+    return MTF_EXIT_OK;
+  }
+  /* integers: decimal digits only (no sign, no exponent), within each option's range */
+  unsigned long long number = value[0] >= '0' && value[0] <= '9' ? strtoull(value, &end, 10) : 0;
+  unsigned long long most = opt == 'n' ? (unsigned long long)MTF_GENERATE_MAX_NEW : opt == 'k' ? (unsigned long long)INT32_MAX
+                                                                                                : UINT64_MAX;
+  if (!(value[0] >= '0' && value[0] <= '9') || *end != '\0' || errno == ERANGE || number > most) {
+    fprintf(stderr, "mtf generate: bad value '%s' for --%s: give an integer from 0 to %llu\n\n", value, name, most);
     return MTF_EXIT_USAGE;
   }
   if (opt == 'n') generate->max_new = (int64_t)number;
-  if (opt == 't') generate->temperature = number;
   if (opt == 'k') generate->top_k = (int64_t)number;
   if (opt == 'S') generate->seed = (uint64_t)number;
   return MTF_EXIT_OK;

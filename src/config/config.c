@@ -9,6 +9,7 @@
 
 #include "core/mesh.h"
 #include "core/mesh_yaml.h"
+#include "core/yaml_load.h"
 #include "mtf.h"
 
 /* KEY_BACKEND: a backend kind, which must be built in (mtf_backend_check). */
@@ -97,6 +98,73 @@ static const key_spec *find_key(const char *path) {
   return NULL;
 }
 
+/* Decodes one UTF-8 character at s (n bytes left) into *cp; returns its length, or 0 when the bytes are
+ * not UTF-8 (overlong forms, surrogates and values past U+10FFFF included). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp) {
+  if (n == 0) return 0;
+  unsigned char c = s[0];
+  size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+  if (len == 0 || len > n) return 0;
+  uint32_t v = len == 1 ? c : len == 2 ? c & 0x1Fu : len == 3 ? c & 0x0Fu : c & 0x07u;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (s[i] & 0x3Fu);
+  }
+  static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (v < least[len] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = v;
+  return len;
+}
+
+static int is_utf8(const char *text) {
+  size_t n = strlen(text);
+  uint32_t cp;
+  for (size_t i = 0, len; i < n; i += len)
+    if ((len = utf8_decode((const unsigned char *)text + i, n - i, &cp)) == 0) return 0;
+  return 1;
+}
+
+/* Writes text as a YAML double-quoted scalar that libyaml reads back as exactly text (a UTF-8 string):
+ * '"' and '\\' escaped, and every character YAML would fold, strip or refuse (line breaks, tabs, other
+ * control characters, NEL, the line and paragraph separators, the BOM, non-characters) as an escape. */
+static void print_quoted(FILE *out, const char *text) {
+  size_t n = strlen(text);
+  fputc('"', out);
+  for (size_t i = 0; i < n;) {
+    uint32_t cp;
+    size_t len = utf8_decode((const unsigned char *)text + i, n - i, &cp);
+    if (len == 0) { /* not reachable for values that passed store_scalar; keep the output parseable */
+      fprintf(out, "\\x%02X", (unsigned char)text[i]);
+      i++;
+      continue;
+    }
+    switch (cp) {
+      case '"': fputs("\\\"", out); break;
+      case '\\': fputs("\\\\", out); break;
+      case '\n': fputs("\\n", out); break;
+      case '\r': fputs("\\r", out); break;
+      case '\t': fputs("\\t", out); break;
+      case 0x85: fputs("\\N", out); break;
+      case 0x2028: fputs("\\L", out); break;
+      case 0x2029: fputs("\\P", out); break;
+      default: {
+        int printable = (cp >= 0x20 && cp <= 0x7E) || (cp >= 0xA0 && cp <= 0xD7FF) ||
+                        (cp >= 0xE000 && cp <= 0xFFFD && cp != 0xFEFF) || (cp >= 0x10000 && cp <= 0x10FFFF);
+        if (printable)
+          fwrite(text + i, 1, len, out);
+        else if (cp <= 0xFF)
+          fprintf(out, "\\x%02X", (unsigned)cp);
+        else if (cp <= 0xFFFF)
+          fprintf(out, "\\u%04X", (unsigned)cp);
+        else
+          fprintf(out, "\\U%08X", (unsigned)cp);
+      }
+    }
+    i += len;
+  }
+  fputc('"', out);
+}
+
 /* Stores a scalar's text into the field of `spec`; `where` prefixes errors. */
 static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text, const char *where, mtf_error *err) {
   char *field = (char *)cfg + spec->offset, *end = NULL;
@@ -147,9 +215,11 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
     }
     case KEY_TEXT:
     case KEY_PATH:
-      if (strlen(text) >= (spec->type == KEY_TEXT ? MTF_CONFIG_PATH : MTF_CONFIG_PATH))
-        return mtf_error_set(err, MTF_ERR_INVALID, "%s%s: the value is longer than %d characters", where, spec->path,
+      if (strlen(text) >= MTF_CONFIG_PATH)
+        return mtf_error_set(err, MTF_ERR_INVALID, "%s%s: the value is longer than %d bytes", where, spec->path,
                              MTF_CONFIG_PATH - 1);
+      if (!is_utf8(text)) /* a YAML file is UTF-8, and config.yaml must be able to hold the value */
+        return mtf_error_set(err, MTF_ERR_INVALID, "%s%s: the value is not UTF-8 text", where, spec->path);
       snprintf(field, MTF_CONFIG_PATH, "%s", text);
       return MTF_OK;
     case KEY_MESH: {
@@ -221,18 +291,8 @@ static int load_section(mtf_config *cfg, yaml_document_t *doc, const char *secti
 }
 
 int mtf_config_load_text(mtf_config *cfg, const char *text, size_t length, const char *source, mtf_error *err) {
-  yaml_parser_t parser;
   yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the YAML parser");
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, length);
-  if (!yaml_parser_load(&parser, &doc)) {
-    int rc = mtf_error_set(err, MTF_ERR_PARSE, "%s:%zu:%zu: YAML syntax error: %s%s%s", source,
-                           parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                           parser.problem ? parser.problem : "unknown problem", parser.context ? " " : "",
-                           parser.context ? parser.context : "");
-    yaml_parser_delete(&parser);
-    return rc;
-  }
+  MTF_CHECK(mtf_yaml_load(text, length, source, &doc, err));
   snprintf(cfg->source, sizeof cfg->source, "%s", source);
   int rc = MTF_OK;
   yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -258,29 +318,14 @@ int mtf_config_load_text(mtf_config *cfg, const char *text, size_t length, const
     rc = load_section(cfg, &doc, name, yaml_document_get_node(&doc, pair->value), source, err);
   }
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   return rc;
 }
 
 int mtf_config_load_file(mtf_config *cfg, const char *path, mtf_error *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return mtf_error_set(err, MTF_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (size < 0 || size > (1 << 24)) {
-    fclose(f);
-    return mtf_error_set(err, MTF_ERR_IO, "config '%s' is not a readable file of at most 16 MiB", path);
-  }
-  char *text = malloc((size_t)size + 1);
-  size_t got = text ? fread(text, 1, (size_t)size, f) : 0;
-  fclose(f);
-  if (!text || got != (size_t)size) {
-    free(text);
-    return mtf_error_set(err, MTF_ERR_IO, "cannot read config '%s'", path);
-  }
-  text[size] = '\0';
-  int rc = mtf_config_load_text(cfg, text, (size_t)size, path, err);
+  char *text = NULL;
+  size_t size = 0;
+  MTF_CHECK(mtf_yaml_read_file(path, "config", &text, &size, err));
+  int rc = mtf_config_load_text(cfg, text, size, path, err);
   free(text);
   return rc;
 }
@@ -300,8 +345,38 @@ int mtf_config_set(mtf_config *cfg, const char *assignment, mtf_error *err) {
   return store_scalar(cfg, spec, equals + 1, "--set ", err);
 }
 
+/* The model's largest tensors, by their dims from the config: each must have at most MTF_MAX_ELEMENTS
+ * elements, so that no element or byte count computed from them overflows. */
+static int check_model_size(const mtf_config *cfg, const char *src, mtf_error *err) {
+  const mtf_model_config *m = &cfg->model;
+  struct {
+    const char *what;
+    int64_t dims[4];
+  } tensors[] = {
+      {"train.batch x model.length x model.vocab (the logits)", {cfg->train.batch, m->length, m->vocab, 1}},
+      {"train.batch x model.heads x model.length x model.length (the attention scores)",
+       {cfg->train.batch, m->heads, m->length, m->length}},
+      {"train.batch x model.length x model.d_ff (the feed-forward activations)", {cfg->train.batch, m->length, m->d_ff, 1}},
+      {"train.batch x model.length x model.heads x model.d_kv", {cfg->train.batch, m->length, m->heads, m->d_kv}},
+      {"model.vocab x model.d_model (the embedding)", {m->vocab, m->d_model, 1, 1}},
+      {"model.d_model x model.d_ff", {m->d_model, m->d_ff, 1, 1}},
+      {"model.heads x model.d_kv x model.d_model", {m->heads, m->d_kv, m->d_model, 1}},
+  };
+  for (size_t t = 0; t < sizeof tensors / sizeof tensors[0]; t++) {
+    int64_t n = 1;
+    int ok = 1;
+    for (int d = 0; d < 4 && ok; d++) ok = mtf_checked_product(n, tensors[t].dims[d], &n);
+    if (!ok)
+      return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is more than 2^60 elements; make the model or batch smaller",
+                           src, tensors[t].what);
+  }
+  return MTF_OK;
+}
+
 int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   const char *src = cfg->source[0] ? cfg->source : "config";
+  MTF_CHECK(mtf_mesh_validate(&cfg->mesh_shape, err));
+  MTF_CHECK(check_model_size(cfg, src, err));
   int rc = mtf_layout_rules_parse(cfg->mesh_layout, &cfg->layout, err);
   if (rc) return mtf_error_prefix(err, "%s: mesh.layout", src);
   if (cfg->train.warmup_steps > 0 && !strcmp(cfg->train.schedule, "constant")) cfg->train.warmup_steps = 0;
@@ -331,7 +406,7 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
       case KEY_CHOICE:
       case KEY_BACKEND: fprintf(out, "%s", field); break;
       case KEY_TEXT:
-      case KEY_PATH: fprintf(out, "\"%s\"", field); break;
+      case KEY_PATH: print_quoted(out, field); break;
       case KEY_MESH: {
         const mtf_shape *mesh = (const mtf_shape *)field;
         size_t used = 0;
@@ -339,7 +414,7 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
         for (int a = 0; a < mesh->rank; a++)
           used += (size_t)snprintf(mesh_text + used, sizeof mesh_text - used, "%s%s:%lld", a ? ";" : "",
                                    mesh->dims[a].name, (long long)mesh->dims[a].size);
-        fprintf(out, "\"%s\"", mesh_text);
+        print_quoted(out, mesh_text);
         break;
       }
     }

@@ -9,6 +9,13 @@ int mtf_mesh_validate(const mtf_shape *mesh, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "mesh %s has %d axes; at most %d are supported",
                          mtf_shape_format(mesh, buf, sizeof buf), mesh->rank, MTF_MAX_MESH_AXES);
   }
+  int64_t ranks = 1;
+  for (int a = 0; a < mesh->rank; a++)
+    if (!mtf_checked_product(ranks, mesh->dims[a].size, &ranks) || ranks > MTF_MAX_MESH_SIZE) {
+      char buf[MTF_SHAPE_STR_MAX];
+      return mtf_error_set(err, MTF_ERR_INVALID, "mesh %s has more than %d ranks (the product of its axis sizes); "
+                           "no job is that large", mtf_shape_format(mesh, buf, sizeof buf), MTF_MAX_MESH_SIZE);
+    }
   return MTF_OK;
 }
 

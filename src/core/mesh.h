@@ -12,13 +12,15 @@
 #include "core/shape.h"
 
 #define MTF_MAX_MESH_AXES 6
+/* The most ranks a mesh may have: rank numbers and group sizes are ints, and no job is larger. */
+#define MTF_MAX_MESH_SIZE (1 << 24)
 
 typedef unsigned mtf_axis_set;
 
 /* Parses a mesh shape string; the empty string is the one-process mesh. */
 int mtf_mesh_parse(const char *text, mtf_shape *mesh, mtf_error *err);
 
-/* Checks that a shape is usable as a mesh (at most MTF_MAX_MESH_AXES axes). */
+/* Checks that a shape is usable as a mesh (at most MTF_MAX_MESH_AXES axes, at most MTF_MAX_MESH_SIZE ranks). */
 int mtf_mesh_validate(const mtf_shape *mesh, mtf_error *err);
 
 int mtf_mesh_size(const mtf_shape *mesh);

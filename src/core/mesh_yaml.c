@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/mesh.h"
+#include "core/yaml_load.h"
 
 static int at(mtf_error *err, int code, const char *source, const yaml_node_t *node, const char *key,
               const char *what) {
@@ -56,31 +57,16 @@ int mtf_mesh_from_yaml_node(yaml_document_t *doc, yaml_node_t *node, const char 
   return MTF_OK;
 }
 
-/* Loads one document; on a syntax error reports source:line:column. */
-static int load_document(yaml_parser_t *parser, yaml_document_t *doc, const char *source, mtf_error *err) {
-  if (yaml_parser_load(parser, doc)) return MTF_OK;
-  return mtf_error_set(err, MTF_ERR_PARSE, "%s:%zu:%zu: YAML syntax error: %s", source,
-                       parser->problem_mark.line + 1, parser->problem_mark.column + 1,
-                       parser->problem ? parser->problem : "unknown problem");
-}
-
 int mtf_mesh_parse_yaml(const char *text, size_t length, const char *source, mtf_shape *mesh, mtf_error *err) {
-  yaml_parser_t parser;
   yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the YAML parser");
-  yaml_parser_set_input_string(&parser, (const unsigned char *)text, length);
-  int rc = load_document(&parser, &doc, source, err);
-  if (rc) {
-    yaml_parser_delete(&parser);
-    return rc;
-  }
+  MTF_CHECK(mtf_yaml_load(text, length, source, &doc, err));
   yaml_node_t *root = yaml_document_get_root_node(&doc);
+  int rc;
   if (!root)
     rc = mtf_error_set(err, MTF_ERR_PARSE, "%s: empty document; expected a mesh such as {b: 2, m: 4}", source);
   else
     rc = mtf_mesh_from_yaml_node(&doc, root, source, "mesh", mesh, err);
   yaml_document_delete(&doc);
-  yaml_parser_delete(&parser);
   return rc;
 }
 
@@ -133,21 +119,15 @@ static int read_mesh_section(yaml_document_t *doc, const char *path, mtf_shape *
 }
 
 int mtf_mesh_config_load(const char *path, mtf_shape *mesh, mtf_layout_rules *rules, mtf_error *err) {
-  FILE *file = fopen(path, "rb");
-  if (!file) return mtf_error_set(err, MTF_ERR_IO, "cannot open config '%s': %s", path, strerror(errno));
-  yaml_parser_t parser;
+  char *text = NULL;
+  size_t length = 0;
+  MTF_CHECK(mtf_yaml_read_file(path, "config", &text, &length, err));
   yaml_document_t doc;
-  if (!yaml_parser_initialize(&parser)) {
-    fclose(file);
-    return mtf_error_set(err, MTF_ERR_NOMEM, "cannot start the YAML parser");
-  }
-  yaml_parser_set_input_file(&parser, file);
-  int rc = load_document(&parser, &doc, path, err);
+  int rc = mtf_yaml_load(text, length, path, &doc, err);
   if (rc == MTF_OK) {
     rc = read_mesh_section(&doc, path, mesh, rules, err);
     yaml_document_delete(&doc);
   }
-  yaml_parser_delete(&parser);
-  fclose(file);
+  free(text);
   return rc;
 }

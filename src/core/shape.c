@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,16 @@ bool mtf_shape_equal(const mtf_shape *a, const mtf_shape *b) {
   return true;
 }
 
+int mtf_checked_product(int64_t a, int64_t b, int64_t *out) {
+  int64_t p;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &p) || p > MTF_MAX_ELEMENTS) {
+    *out = INT64_MAX;
+    return 0;
+  }
+  *out = p;
+  return 1;
+}
+
 int mtf_shape_append(mtf_shape *shape, const char *name, int64_t size, mtf_error *err) {
   if (!mtf_name_is_valid(name))
     return mtf_error_set(err, MTF_ERR_INVALID, "'%s' is not a valid dimension name", name);
@@ -98,6 +109,13 @@ int mtf_shape_append(mtf_shape *shape, const char *name, int64_t size, mtf_error
   if (shape->rank >= MTF_MAX_RANK)
     return mtf_error_set(err, MTF_ERR_INVALID, "adding '%s' would give more than %d dimensions", name,
                          MTF_MAX_RANK);
+  int64_t elements;
+  if (!mtf_checked_product(mtf_shape_num_elements(shape), size, &elements)) {
+    char buf[MTF_SHAPE_STR_MAX];
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "adding '%s' (size %lld) to %s would give more than 2^60 elements (the product overflows)",
+                         name, (long long)size, mtf_shape_format(shape, buf, sizeof buf));
+  }
   shape->dims[shape->rank++] = mtf_dim_make(name, size);
   return MTF_OK;
 }

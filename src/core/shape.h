@@ -42,7 +42,15 @@ bool mtf_shape_has(const mtf_shape *shape, const char *name);
 int64_t mtf_shape_num_elements(const mtf_shape *shape);
 bool mtf_shape_equal(const mtf_shape *a, const mtf_shape *b);
 
-/* Algebra. Each returns MTF_OK or an error naming the dimension (duplicate, missing, rank too high). */
+/* The most elements a shape may have (2^60): element counts, and their sizes in bytes (up to 8 per element),
+ * then fit an int64 with room to spare. mtf_shape_append refuses a dimension that would pass it. */
+#define MTF_MAX_ELEMENTS ((int64_t)1 << 60)
+/* *out = a * b for a, b >= 0; returns 0 (and leaves *out as INT64_MAX) when the product passes
+ * MTF_MAX_ELEMENTS. For sizes from outside input. */
+int mtf_checked_product(int64_t a, int64_t b, int64_t *out);
+
+/* Algebra. Each returns MTF_OK or an error naming the dimension (duplicate, missing, rank too high, more
+ * than MTF_MAX_ELEMENTS elements). */
 int mtf_shape_append(mtf_shape *shape, const char *name, int64_t size, mtf_error *err);
 int mtf_shape_remove(const mtf_shape *shape, const char *name, mtf_shape *out, mtf_error *err);
 int mtf_shape_concat(const mtf_shape *a, const mtf_shape *b, mtf_shape *out, mtf_error *err);

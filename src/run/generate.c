@@ -8,6 +8,7 @@
 #include "run/generate.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,7 +129,21 @@ static int encode_prompt(const mtf_generate_options *opts, int mode, const mtf_d
   return MTF_OK;
 }
 
+int mtf_generate_check_options(const mtf_generate_options *opts, mtf_error *err) {
+  if (opts->max_new < 0 || opts->max_new > MTF_GENERATE_MAX_NEW)
+    return mtf_error_set(err, MTF_ERR_INVALID, "--max-new %lld: it must be between 0 and %lld", (long long)opts->max_new,
+                         (long long)MTF_GENERATE_MAX_NEW);
+  if (!isfinite(opts->temperature) || opts->temperature < 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "--temperature %g: it must be a finite number >= 0 (0 = greedy)",
+                         opts->temperature);
+  if (opts->top_k < 0 || opts->top_k > INT32_MAX)
+    return mtf_error_set(err, MTF_ERR_INVALID, "--top-k %lld: it must be between 0 and %d", (long long)opts->top_k,
+                         INT32_MAX);
+  return MTF_OK;
+}
+
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
+  MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
   int rank = mtf_world_rank();
   mtf_session_options options = mtf_run_session_options(cfg);
   MTF_CHECK(mtf_backend_check(cfg->backend, err)); /* alike on every rank */
@@ -178,10 +193,16 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   int64_t prompt_len = 0;
   if (rc == MTF_OK) rc = encode_prompt(opts, mode, &tok.table, vocab, &prompt, &prompt_len, err);
   int64_t step = state.step;
-  int32_t *tokens = calloc((size_t)(rows * length), sizeof(int32_t));
-  float *logits = malloc(sizeof(float) * (size_t)(rows * length * vocab));
-  int64_t capacity = prompt_len + opts->max_new + 1, n = 0;
-  int32_t *context = malloc(sizeof(int32_t) * (size_t)capacity);
+  /* Sizes from the config and the command line: checked (the config bounds rows x length x vocab, the
+   * options max_new), so none of these products can wrap. */
+  int64_t token_count, logit_count, capacity = 0, n = 0;
+  int sizes_ok = mtf_checked_product(rows, length, &token_count) && mtf_checked_product(token_count, vocab, &logit_count) &&
+                 prompt_len >= 0 && prompt_len <= MTF_MAX_ELEMENTS && opts->max_new <= MTF_GENERATE_MAX_NEW;
+  if (sizes_ok) capacity = prompt_len + opts->max_new + 1;
+  if (rc == MTF_OK && !sizes_ok) rc = mtf_error_set(err, MTF_ERR_INVALID, "generate: the buffers would overflow");
+  int32_t *tokens = sizes_ok ? calloc((size_t)token_count, sizeof(int32_t)) : NULL;
+  float *logits = sizes_ok ? malloc(sizeof(float) * (size_t)logit_count) : NULL;
+  int32_t *context = sizes_ok ? malloc(sizeof(int32_t) * (size_t)capacity) : NULL;
   if (rc == MTF_OK && (!tokens || !logits || !context)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
   /* Session creation, the restore and the buffers above can fail on one rank alone: agree before the
    * collective loop. */

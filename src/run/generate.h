@@ -17,6 +17,13 @@ typedef struct mtf_generate_options {
   uint64_t seed;
 } mtf_generate_options;
 
+/* The most tokens one generate call may produce (its context buffer holds prompt + max_new ids). */
+#define MTF_GENERATE_MAX_NEW ((int64_t)1 << 24)
+
+/* Checks options that came from outside: 0 <= max_new <= MTF_GENERATE_MAX_NEW, a finite temperature >= 0,
+ * 0 <= top_k <= INT32_MAX. mtf_generate_run checks them too. */
+int mtf_generate_check_options(const mtf_generate_options *opts, mtf_error *err);
+
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err);
 
 #endif

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "io/dataset.h"
+
 mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   mtf_session_options options = {0};
   options.backend = cfg->backend;
@@ -70,7 +72,20 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
                              .prefetch = prefetch,
                              .vocab_limit = cfg->model.vocab,
                              .comm = st->comm};
-  int rc = mtf_loader_open(&opts, &cfg->mesh_shape, &cfg->layout, st->comm->rank, out, err);
+  /* A model smaller than the shards' vocabulary is an error now, not at the first large id (which may be
+   * hours into training). Every rank reads the same shard attributes, so all fail alike. */
+  mtf_dataset dataset;
+  int rc = mtf_dataset_open(data, cfg->model.length, &dataset, err);
+  if (rc == MTF_OK) {
+    if (dataset.max_vocab_size > cfg->model.vocab)
+      rc = mtf_error_set(err, MTF_ERR_INVALID,
+                         "model.vocab %lld is smaller than the shards' vocab_size %lld: token id %lld would be outside "
+                         "the model's vocabulary; set model.vocab to at least %lld",
+                         (long long)cfg->model.vocab, (long long)dataset.max_vocab_size,
+                         (long long)dataset.max_vocab_size - 1, (long long)dataset.max_vocab_size);
+    mtf_dataset_close(&dataset);
+  }
+  if (rc == MTF_OK) rc = mtf_loader_open(&opts, &cfg->mesh_shape, &cfg->layout, st->comm->rank, out, err);
   return rc ? mtf_error_prefix(err, "%s: data", cfg->source) : MTF_OK;
 }
 
