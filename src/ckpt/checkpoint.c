@@ -3,9 +3,12 @@
 #include "ckpt/checkpoint.h"
 
 #include <hdf5.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+#include <errno.h>
 
 #include "ckpt/ckpt_attr.h"
 #include "comm/agree.h"
@@ -14,12 +17,32 @@
 #include "core/clock.h"
 #include "io/shard.h"
 
-static _Noreturn void abort_job(const char *what, const char *path) {
-  mtf_error err;
-  mtf_error_set(&err, MTF_ERR_IO, "writing checkpoint '%s' failed inside a collective HDF5 call (%s); the job stops "
-                "here. The previous checkpoint is intact; check free space and permissions of the run directory",
-                path, what);
-  mtf_world_abort(1, NULL, &err);
+/* Test hook (docs/CHECKPOINTS.md, "Faults"): MTF_CKPT_FAIL_AFTER_BYTES=N makes this rank's part of a
+ * dataset write fail as a full disk does (ENOSPC) once it has written N bytes of the current checkpoint;
+ * the rank still takes part in the collective H5Dwrite (selecting nothing), as a rank whose write() fails
+ * does. Compiled in always; unset, it costs one getenv per save. */
+static int64_t fail_after_bytes(void) {
+  const char *text = getenv("MTF_CKPT_FAIL_AFTER_BYTES");
+  char *end;
+  long long n = text && text[0] ? strtoll(text, &end, 10) : -1;
+  return text && text[0] && *end == '\0' && n >= 0 ? (int64_t)n : -1;
+}
+
+/* The job-wide sums of a few counters (a failure flag, a checksum's partial sums), modulo 2^64. */
+static int sum_u64(const mtf_ckpt_model *m, uint64_t *values, int n) {
+  MPI_Comm world = mtf_comm_mpi_world(m->comm);
+  if (world == MPI_COMM_NULL) return 0;
+  mtf_hdf5_unlock(); /* no HDF5 lock while waiting for slower ranks */
+  int rc = MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, world) == MPI_SUCCESS ? 0 : -1;
+  mtf_hdf5_lock();
+  return rc;
+}
+
+static int agree_unlocked(const mtf_ckpt_model *m, int rc, mtf_error *err) {
+  mtf_hdf5_unlock();
+  rc = mtf_comm_agree(m->comm, rc, err);
+  mtf_hdf5_lock();
+  return rc;
 }
 
 /* The slowest rank's time (every rank of the job takes part). */
@@ -94,14 +117,20 @@ static hid_t select_slab(hid_t file_space, int rank, const hsize_t *start, const
 }
 
 /* Creates the dataset of variable `node` with its attributes and writes this rank's part, copied out of
- * the session into `staging` first. Collective. */
+ * the session into `staging` first; *dset_out keeps the dataset open for its checksum attribute and
+ * *partial gets this rank's share of the checksum. Collective; a failure is this rank's alone, and the
+ * caller agrees on it before the next collective call. */
 static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_tensor node, float *staging,
-                                  int64_t *bytes) {
+                                  int64_t *bytes, int64_t *written, int64_t fail_after, hid_t *dset_out,
+                                  uint64_t *partial, int *errno_out) {
   const mtf_shape *shape = mtf_tensor_shape(m->graph, node);
   const char *var_name = mtf_tensor_name(m->graph, node);
   const mtf_tensor_layout *layout = mtf_plan_layout(m->plan, node);
   char name[MTF_CKPT_PATH_MAX];
   mtf_error read_err;
+  *dset_out = -1;
+  *partial = 0;
+  *errno_out = 0;
   if (!layout || !shape) return "a variable is not held by the training plan";
   if (mtf_session_read_slice(m->session, node, staging, &read_err) != MTF_OK)
     return "copying a variable out of the session";
@@ -115,6 +144,12 @@ static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dx
   }
   int writer;
   own_hyperslab(m, layout, start, count, &writer);
+  int64_t mine = 0;
+  if (writer) {
+    mine = (int64_t)sizeof(float);
+    for (int d = 0; d < rank; d++) mine *= (int64_t)count[d];
+    if (fail_after >= 0 && *written + mine > fail_after) writer = 0, *errno_out = ENOSPC; /* the test hook */
+  }
   hid_t file_space = rank > 0 ? H5Screate_simple(rank, dims, NULL) : H5Screate(H5S_SCALAR);
   hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
   const char *failure = NULL;
@@ -128,13 +163,44 @@ static const char *write_variable(const mtf_ckpt_model *m, hid_t group, hid_t dx
     failure = "writing dataset attributes";
   hid_t mem_space = failure ? -1 : select_slab(file_space, rank, start, count, writer);
   if (!failure && mem_space < 0) failure = "selecting the hyperslab";
-  if (!failure && H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, staging) < 0) failure = "H5Dwrite";
+  errno = 0;
+  if (!failure && H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, dxpl, staging) < 0) {
+    failure = "H5Dwrite";
+    if (!*errno_out) *errno_out = errno;
+  }
+  if (!failure && *errno_out) failure = "H5Dwrite";
+  if (!failure && writer) {
+    uint64_t dims64[MTF_MAX_RANK], start64[MTF_MAX_RANK], count64[MTF_MAX_RANK];
+    for (int d = 0; d < rank; d++) dims64[d] = dims[d], start64[d] = start[d], count64[d] = count[d];
+    *partial = mtf_ckpt_checksum_slab(staging, rank, dims64, start64, count64);
+    *written += mine;
+  }
   *bytes += mtf_shape_num_elements(shape) * (int64_t)sizeof(float);
   if (mem_space >= 0) H5Sclose(mem_space);
-  if (dset >= 0) H5Dclose(dset);
   if (dcpl >= 0) H5Pclose(dcpl);
   if (file_space >= 0) H5Sclose(file_space);
+  if (failure && dset >= 0) H5Dclose(dset), dset = -1;
+  *dset_out = dset;
   return failure;
+}
+
+/* This rank's description of a failed write: "disk full" when the file system says so. */
+static int write_failure(const char *tmp_path, const char *what, int error_number, mtf_error *err) {
+  char dir[2 * MTF_CKPT_PATH_MAX + 8];
+  snprintf(dir, sizeof dir, "%s", tmp_path);
+  char *slash = strrchr(dir, '/');
+  if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  struct statvfs fs;
+  int full = error_number == ENOSPC || error_number == EDQUOT ||
+             (statvfs(dir, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < ((uint64_t)1 << 20));
+  if (full)
+    return mtf_error_set(err, MTF_ERR_IO, "writing checkpoint '%s' failed (%s): disk full: no space left on the file "
+                         "system of '%s'. The partial file is removed and the previous checkpoint is intact; free "
+                         "space there or point run.dir elsewhere, then resume", tmp_path, what, dir);
+  return mtf_error_set(err, MTF_ERR_IO, "writing checkpoint '%s' failed (%s%s%s). The partial file is removed and the "
+                       "previous checkpoint is intact; check free space and permissions of '%s'", tmp_path, what,
+                       error_number ? ": " : "", error_number ? strerror(error_number) : "", dir);
 }
 
 static char *config_text(const mtf_config *cfg) {
@@ -177,22 +243,27 @@ static void stall_for_tests(int rank, int64_t step) {
   sleep((unsigned)seconds);
 }
 
-/* Writes the whole file at tmp_path. Every failure past the create is fatal (see abort_job). */
+/* Writes the whole file at tmp_path. A failure on any rank is agreed on after each dataset, so every rank
+ * leaves the sequence of collective calls at the same point, closes the file together with the others and
+ * returns the same error; rank 0 then removes the partial file (the previous checkpoint is untouched). */
 static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *tmp_path,
                       const mtf_ckpt_tokenizer *tok, float *staging, int64_t *bytes, mtf_error *err) {
   hid_t fapl = mpio_access(m);
-  hid_t file = fapl >= 0 ? H5Fcreate(tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
+  /* H5F_ACC_EXCL: rank 0 removed any stale file or planted link of this name, and an exclusive create
+   * fails on whatever appears there since (a symlink included) instead of writing through it. */
+  hid_t file = fapl >= 0 ? H5Fcreate(tmp_path, H5F_ACC_EXCL, H5P_DEFAULT, fapl) : -1;
   if (fapl >= 0) H5Pclose(fapl);
   int rc = file < 0 ? mtf_error_set(err, MTF_ERR_IO, "cannot create checkpoint file '%s' (is the run directory "
-                                    "writable, on a file system all ranks share?)", tmp_path)
+                                    "writable, on a file system all ranks share, and free of a planted file of "
+                                    "that name?)", tmp_path)
                     : MTF_OK;
-  mtf_hdf5_unlock(); /* no HDF5 call during the agreement, which may wait for slower ranks */
-  rc = mtf_comm_agree(m->comm, rc, err);
-  mtf_hdf5_lock();
+  rc = agree_unlocked(m, rc, err);
   if (rc != MTF_OK) {
     if (file >= 0) H5Fclose(file);
     return rc;
   }
+  int64_t fail_after = fail_after_bytes(), written = 0;
+  int error_number = 0;
   const char *failure = write_root_attributes(file, cfg, st, m->comm->size);
   hid_t group = failure ? -1 : H5Gcreate2(file, "variables", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -200,18 +271,73 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
     failure = "creating /variables";
   if (!failure) failure = mtf_ckpt_tokenizer_write(file, tok, m->comm->rank == 0, dxpl);
   int n_variables = mtf_graph_num_variables(m->graph);
-  for (int i = 0; i < n_variables && !failure; i++) {
-    failure = write_variable(m, group, dxpl, mtf_graph_variable(m->graph, i), staging, bytes);
+  for (int i = 0; i < n_variables; i++) {
+    hid_t dset = -1;
+    uint64_t sums[2] = {0, 0}; /* ranks that failed, this rank's part of the checksum */
+    if (!failure)
+      failure = write_variable(m, group, dxpl, mtf_graph_variable(m->graph, i), staging, bytes, &written, fail_after,
+                               &dset, &sums[1], &error_number);
+    sums[0] = failure ? 1 : 0;
+    if (sum_u64(m, sums, 2) != 0 && !failure) failure = "MPI_Allreduce";
+    if (sums[0] > 0 || failure) { /* some rank failed: all leave here */
+      if (dset >= 0) H5Dclose(dset);
+      break;
+    }
+    if (mtf_ckpt_attr_write_u64(dset, "checksum", sums[1]) != 0) failure = "writing the checksum attribute";
+    H5Dclose(dset);
     if (i + 1 == n_variables / 2) stall_for_tests(m->comm->rank, st->step);
   }
+  /* Past a failure HDF5 cannot close the file in step: its close flushes metadata, and a rank whose flush
+   * fails skips the synchronisations the others wait in. So a failure every rank has agreed on ends the
+   * job here, with the failing rank's reason on every rank, the partial file removed and the previous
+   * checkpoint untouched. */
+  uint64_t any_failed = failure ? 1 : 0; /* a failure after the last agreement (the last checksum attribute) */
+  if (sum_u64(m, &any_failed, 1) != 0) any_failed = 1;
+  if (any_failed) {
+    int code = failure ? write_failure(tmp_path, failure, error_number, err) : MTF_OK;
+    (void)agree_unlocked(m, code, err); /* every rank gets the lowest failing rank's reason */
+    if (m->comm->rank == 0) unlink(tmp_path);
+    mtf_world_abort(1, NULL, err);
+  }
   /* Written last: a file with this attribute got through every dataset. */
-  if (!failure && mtf_ckpt_attr_write_i64(file, "complete", 1)) failure = "writing the 'complete' attribute";
+  if (mtf_ckpt_attr_write_i64(file, "complete", 1)) failure = "writing the 'complete' attribute";
   if (dxpl >= 0) H5Pclose(dxpl);
   if (group >= 0) H5Gclose(group);
-  if (!failure && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) failure = "H5Fflush";
-  if (H5Fclose(file) < 0 && !failure) failure = "H5Fclose";
-  if (failure) abort_job(failure, tmp_path);
+  /* Flushed before the close, so that the close has nothing left to write: a rank whose flush fails ends
+   * the job at once (the others may be waiting inside HDF5 for it). */
+  if (!failure && H5Fflush(file, H5F_SCOPE_GLOBAL) < 0) failure = "H5Fflush", error_number = errno;
+  if (failure) {
+    write_failure(tmp_path, failure, error_number, err);
+    unlink(tmp_path);
+    mtf_world_abort(1, NULL, err);
+  }
+  uint64_t failed = 0;
+  if (sum_u64(m, &failed, 1) != 0) {
+    mtf_error_set(err, MTF_ERR_COMM, "writing checkpoint '%s': MPI_Allreduce failed", tmp_path);
+    mtf_world_abort(1, NULL, err);
+  }
+  if (H5Fclose(file) < 0) {
+    write_failure(tmp_path, "H5Fclose", errno, err);
+    unlink(tmp_path);
+    mtf_world_abort(1, NULL, err);
+  }
   return MTF_OK;
+}
+
+/* Refuses a save that cannot fit (before any rank creates the file, so the run ends cleanly): the
+ * datasets' bytes plus room for metadata, against the space the file system of dir has left. */
+static int check_space(const mtf_ckpt_model *m, const char *dir, mtf_error *err) {
+  struct statvfs fs;
+  if (statvfs(dir, &fs) != 0) return MTF_OK; /* unknown: the write itself will tell */
+  uint64_t need = (uint64_t)32 << 10, have = (uint64_t)fs.f_bavail * fs.f_frsize;
+  for (int i = 0; i < mtf_graph_num_variables(m->graph); i++)
+    need += 2048 + (uint64_t)mtf_shape_num_elements(mtf_tensor_shape(m->graph, mtf_graph_variable(m->graph, i))) *
+                       sizeof(float);
+  if (have >= need) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_IO, "cannot save a checkpoint in '%s': disk full: the file system has %llu bytes "
+                       "free and the checkpoint needs about %llu. The previous checkpoint is intact; free space there "
+                       "(train.keep_checkpoints keeps fewer) or point run.dir elsewhere, then resume", dir,
+                       (unsigned long long)have, (unsigned long long)need);
 }
 
 int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt_state *st, const char *dir, int64_t keep,
@@ -221,6 +347,8 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
   if (m->comm->rank == 0) {
     rc = mtf_ckpt_dir_make(dir, err);
     if (rc == MTF_OK) rc = mtf_ckpt_dir_new_name(dir, st->step, name, sizeof name, err);
+    if (rc == MTF_OK) rc = mtf_ckpt_dir_clear_tmp(dir, name, err);
+    if (rc == MTF_OK) rc = check_space(m, dir, err);
   }
   float *staging = malloc(sizeof(float) * (size_t)max_slice_elements(m));
   if (rc == MTF_OK && !staging)
@@ -269,6 +397,10 @@ int mtf_ckpt_save(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_ckpt
 
 static int read_state(hid_t file, const char *path, mtf_ckpt_state *st, mtf_error *err) {
   int64_t version = 0, complete = 0, values[7];
+  if (H5Lexists(file, "tokens", H5P_DEFAULT) > 0 && H5Lexists(file, "variables", H5P_DEFAULT) <= 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "'%s' is a token shard, not a checkpoint (it holds a 'tokens' "
+                         "dataset and no /variables): name a ckpt-<step>.h5 file of a run's checkpoints directory",
+                         path);
   if (mtf_ckpt_attr_read_i64(file, "format_version", &version) != 0)
     return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no format_version attribute: not an mtf checkpoint, "
                          "or damaged", path);
@@ -281,6 +413,10 @@ static int read_state(hid_t file, const char *path, mtf_ckpt_state *st, mtf_erro
   for (int k = 0; k < 7; k++)
     if (mtf_ckpt_attr_read_i64(file, keys[k], &values[k]) != 0)
       return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' lacks its '%s' attribute (damaged)", path, keys[k]);
+  for (int k = 0; k < 7; k++)
+    if (values[k] < 0 && k != 1 && k != 3) /* the two seeds are unsigned, stored bit for bit */
+      return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has a negative '%s' (%lld): damaged, or not written by "
+                           "mtf", path, keys[k], (long long)values[k]);
   st->step = values[0];
   st->rng_seed = (uint64_t)values[1];
   st->rng_offset = (uint64_t)values[2];
@@ -297,7 +433,8 @@ static void format_dims(int rank, char (*names)[MTF_NAME_MAX], const hsize_t *si
 
 /* Checks variable `node` against its dataset and reads this rank's hyperslab into the session. */
 static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_tensor node, int required,
-                         const char *path, float *staging, int64_t *bytes, mtf_error *err) {
+                         const char *path, float *staging, int64_t *bytes, uint64_t sums[2], int *read,
+                         uint64_t *stored, int *has_checksum, mtf_error *err) {
   const mtf_shape *var_shape = mtf_tensor_shape(m->graph, node);
   const char *var_name = mtf_tensor_name(m->graph, node);
   char name[MTF_CKPT_PATH_MAX], want[MTF_SHAPE_STR_MAX], have[MTF_SHAPE_STR_MAX];
@@ -347,6 +484,17 @@ static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_t
     if (mem_space < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem_space, space, dxpl, staging) < 0)
       rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': reading variable '%s' failed (damaged file)", path, var_name);
     if (mem_space >= 0) H5Sclose(mem_space);
+    *read = 1;
+    /* The writers under this plan partition the tensor, as they did when it was saved: their partial
+     * checksums add up to the dataset's. Non-finite values are counted on the same elements. */
+    if (rc == MTF_OK && writer) {
+      uint64_t dims64[MTF_MAX_RANK], start64[MTF_MAX_RANK], count64[MTF_MAX_RANK], elements = 1;
+      for (int d = 0; d < rank; d++)
+        dims64[d] = sizes[d], start64[d] = start[d], count64[d] = count[d], elements *= count[d];
+      sums[0] = mtf_ckpt_checksum_slab(staging, rank, dims64, start64, count64);
+      for (uint64_t k = 0; k < elements; k++) sums[1] += !isfinite(staging[k]);
+    }
+    *has_checksum = mtf_ckpt_attr_read_u64(dset, "checksum", stored) == 0; /* absent in older checkpoints */
     /* Into the session through its backend (host memory or a device's). */
     if (rc == MTF_OK && mtf_session_write_variable(m->session, node, staging, err) != MTF_OK)
       mtf_error_prefix(err, "checkpoint '%s': restoring variable '%s'", path, var_name);
@@ -395,6 +543,12 @@ static void hdf5_reason(char *buf) {
   if (!buf[0]) snprintf(buf, MTF_ERROR_MSG_MAX / 4, "not an HDF5 file");
 }
 
+static const char *dataset_name_of(const char *variable) {
+  static char name[MTF_CKPT_PATH_MAX];
+  if (mtf_ckpt_dataset_name(variable, name, sizeof name) != 0) snprintf(name, sizeof name, "%s", variable);
+  return name;
+}
+
 static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
                           int64_t *bytes, mtf_error *err) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
@@ -418,8 +572,24 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   rc = mtf_comm_agree(m->comm, rc, err);
   for (int i = 0; i < mtf_graph_num_variables(m->graph) && rc == MTF_OK; i++) {
     mtf_tensor var = mtf_graph_variable(m->graph, i);
-    rc = read_variable(m, group, dxpl, var, need_slots || is_param(m, var), path, staging, bytes, err);
+    uint64_t sums[2] = {0, 0}, stored = 0; /* checksum, non-finite values */
+    int read = 0, has_checksum = 0;
+    rc = read_variable(m, group, dxpl, var, need_slots || is_param(m, var), path, staging, bytes, sums, &read,
+                       &stored, &has_checksum, err);
     /* Every rank leaves the loop at the same variable, so no rank waits in a read the others skip. */
+    rc = mtf_comm_agree(m->comm, rc, err);
+    if (rc != MTF_OK || !read) continue; /* read or not: the same on every rank */
+    if (sum_u64(m, sums, 2) != 0) rc = mtf_error_set(err, MTF_ERR_COMM, "restoring '%s': MPI_Allreduce failed", path);
+    else if (has_checksum && sums[0] != stored)
+      rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': dataset variables/%s (variable '%s') fails its checksum "
+                         "(stored %016llx, the data gives %016llx): the file is damaged", path,
+                         dataset_name_of(mtf_tensor_name(m->graph, var)), mtf_tensor_name(m->graph, var),
+                         (unsigned long long)stored, (unsigned long long)sums[0]);
+    else if (sums[1] > 0)
+      rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' holds %llu NaN or infinite values: the "
+                         "run that wrote it had diverged before this save (not a learning-rate problem of this run); "
+                         "restore an earlier checkpoint with --from PATH, or start with --fresh", path,
+                         mtf_tensor_name(m->graph, var), (unsigned long long)sums[1]);
     rc = mtf_comm_agree(m->comm, rc, err);
   }
   free(staging);
@@ -449,20 +619,23 @@ int mtf_ckpt_restore(const mtf_ckpt_model *m, const char *path, int need_slots, 
   return rc;
 }
 
-#define MAX_CANDIDATES 64
-
 int mtf_ckpt_restore_latest(const mtf_ckpt_model *m, const char *dir, int need_slots, mtf_ckpt_state *st, int *found,
                             char *path_out, size_t path_size, mtf_ckpt_stats *stats_out, mtf_error *err) {
-  char(*names)[MTF_CKPT_PATH_MAX] = calloc(MAX_CANDIDATES, sizeof *names);
-  int n = 0, rc = names ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
-  if (rc == MTF_OK && m->comm->rank == 0) {
-    n = mtf_ckpt_dir_candidates(dir, names, MAX_CANDIDATES, err);
-    if (n < 0) rc = err->code;
+  char(*names)[MTF_CKPT_PATH_MAX] = NULL;
+  int n = 0, rc = MTF_OK;
+  if (m->comm->rank == 0) {
+    n = mtf_ckpt_dir_candidates(dir, &names, err);
+    if (n < 0) rc = err->code, n = 0;
   }
   rc = mtf_comm_agree(m->comm, rc, err);
   *found = 0;
   if (rc == MTF_OK) rc = mtf_world_broadcast(&n, sizeof n, 0, err);
-  if (rc == MTF_OK) rc = mtf_world_broadcast(names, (size_t)n * MTF_CKPT_PATH_MAX, 0, err);
+  if (rc == MTF_OK && m->comm->rank != 0) {
+    names = calloc((size_t)(n > 0 ? n : 1), sizeof *names);
+    if (!names) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  }
+  rc = mtf_comm_agree(m->comm, rc, err);
+  if (rc == MTF_OK && n > 0) rc = mtf_world_broadcast(names, (size_t)n * MTF_CKPT_PATH_MAX, 0, err);
   for (int i = 0; i < n && rc == MTF_OK; i++) {
     char path[2 * MTF_CKPT_PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);

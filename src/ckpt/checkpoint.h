@@ -98,11 +98,19 @@ const mtf_ckpt_tokenizer *mtf_ckpt_tokenizer_of_data(const char *spec, char *war
 /* One process, no MPI: prints a checkpoint's step, state, mesh, layout, config and datasets. */
 int mtf_ckpt_inspect(const char *path, int json, FILE *out, mtf_error *err);
 
+/* One process, no MPI: reads every dataset of /variables and compares it with its `checksum` attribute;
+ * prints a line per bad dataset and a summary to out. MTF_ERR_IO (naming the first bad dataset) when any
+ * fails or lacks a checksum, or the file is not a complete checkpoint. */
+int mtf_ckpt_verify(const char *path, FILE *out, mtf_error *err);
+
 /* ---- the checkpoint directory (ckpt_dir.c; rank 0 only, plain POSIX) ---- */
 
 /* Checkpoint files of dir, newest first: the file `latest` names, then the others older than it by
- * (step, sequence). Returns the count (at most max); names are file names inside dir. */
-int mtf_ckpt_dir_candidates(const char *dir, char names[][MTF_CKPT_PATH_MAX], int max, mtf_error *err);
+ * (step, sequence), however many there are. Returns the count and *names (malloc'ed, freed by the
+ * caller; file names inside dir), or -1. */
+int mtf_ckpt_dir_candidates(const char *dir, char (**names)[MTF_CKPT_PATH_MAX], mtf_error *err);
+/* Removes a stale dir/name.tmp (a file or a planted link, never followed) before a new write of name. */
+int mtf_ckpt_dir_clear_tmp(const char *dir, const char *name, mtf_error *err);
 /* A name for step's checkpoint that no file in dir has: ckpt-00000010.h5, else ckpt-00000010-1.h5, ... */
 int mtf_ckpt_dir_new_name(const char *dir, int64_t step, char *name, size_t size, mtf_error *err);
 /* Renames dir/name.tmp to dir/name (fsyncing file and directory) and points dir/latest at it. */

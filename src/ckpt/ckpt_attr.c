@@ -54,38 +54,59 @@ int mtf_ckpt_attr_write_strings(hid_t object, const char *name, int n, const cha
   return rc;
 }
 
-/* Opens a fixed-length string attribute; *size gets the string width in bytes. */
-static hid_t open_string_attr(hid_t object, const char *name, hid_t *file_type, size_t *size) {
+/* The largest string attribute read (the config YAML is the longest, a few KiB). */
+#define MAX_STRING_WIDTH ((size_t)16 << 20)
+
+/* Opens a fixed-length string attribute whose dataspace holds `want` elements (1: a scalar or a
+ * one-element array; -1: a 1-D array of any length, whose count goes to *count); *size gets the string
+ * width in bytes. Anything else (another class, variable-length strings, another rank or count, an absurd
+ * width) is refused, so that no read writes past a buffer sized from these checks. */
+static hid_t open_string_attr(hid_t object, const char *name, int want, hid_t *file_type, size_t *size,
+                              hssize_t *count) {
   if (H5Aexists(object, name) <= 0) return -1;
   hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
   if (attr < 0) return -1;
   *file_type = H5Aget_type(attr);
-  if (*file_type < 0 || H5Tget_class(*file_type) != H5T_STRING || H5Tis_variable_str(*file_type) != 0) {
+  hid_t space = H5Aget_space(attr);
+  int ndims = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+  hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  H5S_class_t sclass = space >= 0 ? H5Sget_simple_extent_type(space) : H5S_NO_CLASS;
+  if (space >= 0) H5Sclose(space);
+  int ok = *file_type >= 0 && H5Tget_class(*file_type) == H5T_STRING && H5Tis_variable_str(*file_type) == 0;
+  if (ok) {
+    *size = H5Tget_size(*file_type);
+    ok = *size > 0 && *size <= MAX_STRING_WIDTH;
+  }
+  if (ok && want == 1) ok = (sclass == H5S_SCALAR || (sclass == H5S_SIMPLE && ndims == 1)) && n == 1;
+  if (ok && want < 0) ok = sclass == H5S_SIMPLE && ndims == 1 && n >= 0;
+  if (!ok) {
     if (*file_type >= 0) H5Tclose(*file_type);
     H5Aclose(attr);
     return -1;
   }
-  *size = H5Tget_size(*file_type);
+  if (count) *count = n;
   return attr;
 }
 
 int64_t mtf_ckpt_attr_string_size(hid_t object, const char *name) {
   hid_t type;
   size_t size;
-  hid_t attr = open_string_attr(object, name, &type, &size);
+  hid_t attr = open_string_attr(object, name, 1, &type, &size, NULL);
   if (attr < 0) return -1;
   H5Tclose(type);
   H5Aclose(attr);
   return (int64_t)size + 1;
 }
 
+/* Strings are read into a memory type one byte wider than the file's, NUL-terminated: a NULLPAD or
+ * SPACEPAD string of the full width (h5py's fixed-length bytes) keeps its last character. */
 int mtf_ckpt_attr_read_string(hid_t object, const char *name, char *buf, size_t size) {
   hid_t type;
   size_t width;
-  hid_t attr = open_string_attr(object, name, &type, &width);
+  hid_t attr = open_string_attr(object, name, 1, &type, &width, NULL);
   if (attr < 0) return -1;
   char *tmp = calloc(width + 1, 1);
-  hid_t mem_type = string_type(width);
+  hid_t mem_type = string_type(width + 1);
   int rc = tmp && mem_type >= 0 && H5Aread(attr, mem_type, tmp) >= 0 ? 0 : -1;
   if (rc == 0) snprintf(buf, size, "%s", tmp);
   if (mem_type >= 0) H5Tclose(mem_type);
@@ -99,8 +120,37 @@ int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value) {
   if (H5Aexists(object, name) <= 0) return -1;
   hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
   if (attr < 0) return -1;
-  hid_t space = H5Aget_space(attr);
-  int rc = space >= 0 && H5Sget_simple_extent_npoints(space) == 1 && H5Aread(attr, H5T_NATIVE_INT64, value) >= 0 ? 0 : -1;
+  hid_t space = H5Aget_space(attr), type = H5Aget_type(attr);
+  int rc = space >= 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) <= 8 &&
+                   H5Sget_simple_extent_npoints(space) == 1 && H5Aread(attr, H5T_NATIVE_INT64, value) >= 0
+               ? 0
+               : -1;
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  H5Aclose(attr);
+  return rc;
+}
+
+int mtf_ckpt_attr_write_u64(hid_t object, const char *name, uint64_t value) {
+  hid_t space = H5Screate(H5S_SCALAR);
+  hid_t attr = space >= 0 ? H5Acreate2(object, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT) : -1;
+  int rc = attr >= 0 && H5Awrite(attr, H5T_NATIVE_UINT64, &value) >= 0 ? 0 : -1;
+  if (attr >= 0) H5Aclose(attr);
+  if (space >= 0) H5Sclose(space);
+  return rc;
+}
+
+int mtf_ckpt_attr_read_u64(hid_t object, const char *name, uint64_t *value) {
+  if (H5Aexists(object, name) <= 0) return -1;
+  hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
+  if (attr < 0) return -1;
+  hid_t space = H5Aget_space(attr), type = H5Aget_type(attr);
+  int rc = space >= 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 8 &&
+                   H5Tget_sign(type) == H5T_SGN_NONE && H5Sget_simple_extent_npoints(space) == 1 &&
+                   H5Aread(attr, H5T_NATIVE_UINT64, value) >= 0
+               ? 0
+               : -1;
+  if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
   H5Aclose(attr);
   return rc;
@@ -109,22 +159,63 @@ int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value) {
 int mtf_ckpt_attr_read_strings(hid_t object, const char *name, char (*values)[MTF_NAME_MAX], int max, int *n) {
   hid_t type;
   size_t width;
-  hid_t attr = open_string_attr(object, name, &type, &width);
+  hssize_t count = -1;
+  hid_t attr = open_string_attr(object, name, -1, &type, &width, &count);
   if (attr < 0) return -1;
-  hid_t space = H5Aget_space(attr);
-  hssize_t count = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
   int rc = count >= 0 && count <= max ? 0 : -1;
   char *packed = rc == 0 ? calloc((size_t)(count > 0 ? count : 1), width + 1) : NULL;
   hid_t mem_type = string_type(width + 1);
   if (rc == 0 && (!packed || mem_type < 0 || (count > 0 && H5Aread(attr, mem_type, packed) < 0))) rc = -1;
-  for (hssize_t i = 0; rc == 0 && i < count; i++) snprintf(values[i], MTF_NAME_MAX, "%s", packed + (size_t)i * (width + 1));
+  for (hssize_t i = 0; rc == 0 && i < count; i++) {
+    const char *value = packed + (size_t)i * (width + 1);
+    if (strlen(value) >= MTF_NAME_MAX) rc = -1; /* a dim name no shape can hold: refused, not cut */
+    else snprintf(values[i], MTF_NAME_MAX, "%s", value);
+  }
   if (rc == 0) *n = (int)count;
   free(packed);
   if (mem_type >= 0) H5Tclose(mem_type);
-  if (space >= 0) H5Sclose(space);
   H5Tclose(type);
   H5Aclose(attr);
   return rc;
+}
+
+/* ---- dataset checksums (docs/CHECKPOINTS.md, "Integrity") ---- */
+
+/* splitmix64's finalizer: a bijection of 64-bit words. */
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
+uint64_t mtf_ckpt_element_hash(uint64_t index, uint32_t bits) {
+  return mix64(mix64(index + 0x9e3779b97f4a7c15ULL) ^ (uint64_t)bits);
+}
+
+uint64_t mtf_ckpt_checksum_slab(const float *data, int rank, const uint64_t *dims, const uint64_t *start,
+                                const uint64_t *count) {
+  uint64_t total = 1, sum = 0;
+  for (int d = 0; d < rank; d++) total *= count[d];
+  if (total == 0) return 0;
+  uint64_t pos[MTF_MAX_RANK] = {0};
+  uint64_t inner = rank > 0 ? count[rank - 1] : 1;
+  for (uint64_t done = 0; done < total; done += inner) {
+    uint64_t base = 0; /* the global row-major index of this row's first element */
+    for (int d = 0; d < rank; d++) base = base * dims[d] + start[d] + (d == rank - 1 ? 0 : pos[d]);
+    for (uint64_t k = 0; k < inner; k++) {
+      uint32_t bits;
+      memcpy(&bits, &data[done + k], sizeof bits);
+      sum += mtf_ckpt_element_hash(base + k, bits);
+    }
+    for (int d = rank - 2; d >= 0; d--) { /* the next row */
+      if (++pos[d] < count[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return sum;
 }
 
 int mtf_ckpt_dataset_name(const char *variable, char *out, size_t size) {

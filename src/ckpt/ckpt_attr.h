@@ -23,6 +23,19 @@ int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value);
 /* Reads a 1-D string array of at most max entries of MTF_NAME_MAX chars; *n gets the count. */
 int mtf_ckpt_attr_read_strings(hid_t object, const char *name, char (*values)[MTF_NAME_MAX], int max, int *n);
 
+int mtf_ckpt_attr_write_u64(hid_t object, const char *name, uint64_t value);
+/* An unsigned 64-bit integer attribute (the checksum); -1 when absent or of another type. */
+int mtf_ckpt_attr_read_u64(hid_t object, const char *name, uint64_t *value);
+
+/* A variable dataset's checksum (attribute `checksum`, uint64): the sum modulo 2^64 of
+ * mtf_ckpt_element_hash(i, bits of element i) over every element, i its global row-major index. A sum
+ * combines slices in any order, so each writer hashes its own hyperslab and the job adds them up; and
+ * since the hash is a bijection of the bits for a fixed i, any change to one element changes the sum. */
+uint64_t mtf_ckpt_element_hash(uint64_t index, uint32_t bits);
+/* The partial sum of a hyperslab (start, count) of a dataset of shape dims, data in row-major order. */
+uint64_t mtf_ckpt_checksum_slab(const float *data, int rank, const uint64_t *dims, const uint64_t *start,
+                                const uint64_t *count);
+
 /* Dataset names: a variable's name with '/' turned into '.' (HDF5 reads '/' as a group separator, and a
  * variable such as layer_000/attn/wq is also the prefix of its slot layer_000/attn/wq/adafactor_vr). */
 int mtf_ckpt_dataset_name(const char *variable, char *out, size_t size);

@@ -46,16 +46,27 @@ static int compare_newest_first(const void *a, const void *b) {
 
 static int key_less(const ckpt_name *x, const ckpt_name *y) { return compare_newest_first(x, y) > 0; }
 
-/* All checkpoint files of dir, newest first; -1 when dir cannot be read (a missing dir is 0 files). */
-static int list_checkpoints(const char *dir, ckpt_name *out, int max) {
+/* All checkpoint files of dir, newest first, in *out (malloc'ed); -1 when dir cannot be read (a missing
+ * dir is 0 files). */
+static int list_checkpoints(const char *dir, ckpt_name **out) {
+  *out = NULL;
   DIR *d = opendir(dir);
   if (!d) return errno == ENOENT ? 0 : -1;
-  int n = 0;
+  int n = 0, capacity = 0;
   struct dirent *entry;
-  while ((entry = readdir(d)) && n < max)
-    if (parse_name(entry->d_name, &out[n])) n++;
+  ckpt_name parsed;
+  while ((entry = readdir(d)))
+    if (parse_name(entry->d_name, &parsed)) {
+      if (n == capacity) {
+        ckpt_name *grown = capacity < MAX_FILES * 256 ? realloc(*out, sizeof **out * (size_t)(capacity ? 2 * capacity : 64)) : NULL;
+        if (!grown) break;
+        *out = grown;
+        capacity = capacity ? 2 * capacity : 64;
+      }
+      (*out)[n++] = parsed;
+    }
   closedir(d);
-  qsort(out, (size_t)n, sizeof *out, compare_newest_first);
+  if (n > 0) qsort(*out, (size_t)n, sizeof **out, compare_newest_first);
   return n;
 }
 
@@ -71,13 +82,18 @@ static void read_latest(const char *dir, char *name, size_t size) {
   name[strcspn(name, "\r\n")] = '\0';
 }
 
-int mtf_ckpt_dir_candidates(const char *dir, char names[][MTF_CKPT_PATH_MAX], int max, mtf_error *err) {
-  ckpt_name *files = malloc(sizeof *files * MAX_FILES);
-  if (!files) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory listing checkpoints");
-  int n = list_checkpoints(dir, files, MAX_FILES);
+int mtf_ckpt_dir_candidates(const char *dir, char (**names)[MTF_CKPT_PATH_MAX], mtf_error *err) {
+  ckpt_name *files;
+  *names = NULL;
+  int n = list_checkpoints(dir, &files);
   if (n < 0) {
-    free(files);
     mtf_error_set(err, MTF_ERR_IO, "cannot read checkpoint directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  *names = calloc((size_t)(n > 0 ? n : 1), sizeof **names);
+  if (!*names) {
+    free(files);
+    mtf_error_set(err, MTF_ERR_NOMEM, "out of memory listing checkpoints");
     return -1;
   }
   char latest_name[MTF_CKPT_PATH_MAX];
@@ -88,10 +104,10 @@ int mtf_ckpt_dir_candidates(const char *dir, char names[][MTF_CKPT_PATH_MAX], in
     if (strcmp(files[i].name, latest_name) == 0) have_latest = 1, latest = files[i];
   int count = 0;
   /* `latest` decides: files newer than it are left-overs (of a run restarted with --fresh, say). */
-  if (have_latest && count < max) snprintf(names[count++], MTF_CKPT_PATH_MAX, "%s", latest.name);
-  for (int i = 0; i < n && count < max; i++) {
+  if (have_latest) snprintf((*names)[count++], MTF_CKPT_PATH_MAX, "%s", latest.name);
+  for (int i = 0; i < n; i++) {
     if (have_latest && !key_less(&files[i], &latest)) continue;
-    snprintf(names[count++], MTF_CKPT_PATH_MAX, "%s", files[i].name);
+    snprintf((*names)[count++], MTF_CKPT_PATH_MAX, "%s", files[i].name);
   }
   free(files);
   return count;
@@ -101,7 +117,7 @@ static int file_exists(const char *dir, const char *name) {
   char path[2 * MTF_CKPT_PATH_MAX];
   struct stat st;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  return stat(path, &st) == 0;
+  return lstat(path, &st) == 0; /* a link (even a dangling one) takes its name too */
 }
 
 int mtf_ckpt_dir_new_name(const char *dir, int64_t step, char *name, size_t size, mtf_error *err) {
@@ -135,7 +151,12 @@ int mtf_ckpt_dir_commit(const char *dir, const char *name, mtf_error *err) {
   if (fsync_path(tmp, 0) != 0 || rename(tmp, final) != 0 || fsync_path(dir, 1) != 0)
     return mtf_error_set(err, MTF_ERR_IO, "cannot commit checkpoint '%s': %s (is the directory writable and the disk "
                          "not full?)", final, strerror(errno));
-  FILE *f = fopen(latest_tmp, "w");
+  /* Never written through a link planted under the name: remove whatever is there, then create it anew. */
+  if (unlink(latest_tmp) != 0 && errno != ENOENT)
+    return mtf_error_set(err, MTF_ERR_IO, "cannot remove the stale '%s': %s", latest_tmp, strerror(errno));
+  int fd = open(latest_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (fd >= 0 && !f) close(fd);
   int ok = f && fprintf(f, "%s\n", name) > 0;
   if (f) ok = (fflush(f) == 0) & (fsync(fileno(f)) == 0) & (fclose(f) == 0) & ok;
   if (!ok || rename(latest_tmp, latest) != 0 || fsync_path(dir, 1) != 0)
@@ -147,8 +168,8 @@ int mtf_ckpt_dir_commit(const char *dir, const char *name, mtf_error *err) {
 void mtf_ckpt_dir_prune(const char *dir, const char *name, int64_t keep) {
   ckpt_name current;
   if (keep < 1 || !parse_name(name, &current)) return;
-  ckpt_name *files = malloc(sizeof *files * MAX_FILES);
-  int n = files ? list_checkpoints(dir, files, MAX_FILES) : -1;
+  ckpt_name *files;
+  int n = list_checkpoints(dir, &files);
   int64_t kept = 0;
   for (int i = 0; i < n; i++) {
     if (key_less(&current, &files[i])) continue; /* newer than the one just written: not ours to judge */
@@ -158,6 +179,18 @@ void mtf_ckpt_dir_prune(const char *dir, const char *name, int64_t keep) {
     if (unlink(path) != 0) fprintf(stderr, "mtf: warning: cannot delete old checkpoint '%s': %s\n", path, strerror(errno));
   }
   free(files);
+}
+
+int mtf_ckpt_dir_clear_tmp(const char *dir, const char *name, mtf_error *err) {
+  char tmp[2 * MTF_CKPT_PATH_MAX + 8];
+  snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
+  struct stat st;
+  if (lstat(tmp, &st) != 0) return MTF_OK;
+  if (S_ISDIR(st.st_mode))
+    return mtf_error_set(err, MTF_ERR_IO, "'%s' is a directory: remove it so that the checkpoint can be written", tmp);
+  if (unlink(tmp) != 0) /* unlink removes a link itself, never its target */
+    return mtf_error_set(err, MTF_ERR_IO, "cannot remove the stale '%s': %s", tmp, strerror(errno));
+  return MTF_OK;
 }
 
 int mtf_ckpt_dir_make(const char *dir, mtf_error *err) {

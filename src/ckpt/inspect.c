@@ -15,7 +15,7 @@ static void json_string(FILE *out, const char *text) {
       fprintf(out, "\\%c", *p);
     else if (*p == '\n')
       fputs("\\n", out);
-    else if (*p < 0x20)
+    else if (*p < 0x20 || *p >= 0x7f) /* control bytes, and bytes that are not ASCII (so not always UTF-8) */
       fprintf(out, "\\u%04x", *p);
     else
       fputc(*p, out);
@@ -54,8 +54,13 @@ static herr_t print_dataset(hid_t group, const char *link, const H5L_info_t *inf
       json_string(ctx->out, link);
       fprintf(ctx->out, ", \"variable\": ");
       json_string(ctx->out, variable);
-      fprintf(ctx->out, ", \"kind\": \"%s\", \"dims\": [", kind);
-      for (int d = 0; d < rank; d++) fprintf(ctx->out, "%s\"%s\"", d ? ", " : "", dims[d]);
+      fprintf(ctx->out, ", \"kind\": ");
+      json_string(ctx->out, kind);
+      fprintf(ctx->out, ", \"dims\": [");
+      for (int d = 0; d < rank; d++) {
+        fputs(d ? ", " : "", ctx->out);
+        json_string(ctx->out, dims[d]);
+      }
       fprintf(ctx->out, "], \"shape\": [");
       for (int d = 0; d < rank; d++) fprintf(ctx->out, "%s%llu", d ? ", " : "", (unsigned long long)sizes[d]);
       fprintf(ctx->out, "], \"dtype\": \"%s\"}", dtype);

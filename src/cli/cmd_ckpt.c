@@ -1,4 +1,5 @@
-/* `mtf ckpt inspect PATH [--json]`: a checkpoint's step, state, config and datasets (one process). */
+/* `mtf ckpt inspect PATH [--json]`: a checkpoint's step, state, config and datasets (one process).
+ * `mtf ckpt verify PATH`: every dataset against its checksum (exit 0 ok, 1 naming the bad dataset). */
 #include <stdio.h>
 #include <string.h>
 
@@ -8,13 +9,16 @@
 static void ckpt_usage(FILE *out) {
   fprintf(out,
           "usage: mtf ckpt inspect PATH [--json]\n"
+          "       mtf ckpt verify PATH\n"
           "\n"
           "  PATH     a checkpoint file (RUN_DIR/checkpoints/ckpt-<step>.h5; RUN_DIR/checkpoints/latest names\n"
           "           the newest)\n"
           "  --json   print the result as one JSON object\n"
           "\n"
           "Prints the step, the RNG state and data cursor, the mesh and layout that wrote it, every dataset with\n"
-          "its dims, shape and dtype, and the resolved config saved with it. Format: docs/CHECKPOINTS.md.\n");
+          "its dims, shape and dtype, and the resolved config saved with it. verify reads every dataset and\n"
+          "compares it with its stored checksum: exit 0 when all match, 1 naming the first that does not.\n"
+          "Format: docs/CHECKPOINTS.md.\n");
 }
 
 int mtf_cmd_ckpt(int argc, char **argv) {
@@ -22,21 +26,21 @@ int mtf_cmd_ckpt(int argc, char **argv) {
     ckpt_usage(stdout);
     return MTF_EXIT_OK;
   }
-  if (argc < 2 || strcmp(argv[1], "inspect") != 0) {
+  if (argc < 2 || (strcmp(argv[1], "inspect") != 0 && strcmp(argv[1], "verify") != 0)) {
     if (argc >= 2) fprintf(stderr, "mtf ckpt: unknown subcommand '%s'\n\n", argv[1]);
     ckpt_usage(stderr);
     return MTF_EXIT_USAGE;
   }
-  const char *path = NULL;
-  int json = 0;
+  const char *path = NULL, *sub = argv[1];
+  int json = 0, verify = strcmp(sub, "verify") == 0;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
+    if (!verify && strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       ckpt_usage(stdout);
       return MTF_EXIT_OK;
     } else if (argv[i][0] == '-' || path) {
-      fprintf(stderr, "mtf ckpt inspect: %s '%s'\n\n", argv[i][0] == '-' ? "unknown option" : "only one PATH, got also",
+      fprintf(stderr, "mtf ckpt %s: %s '%s'\n\n", sub, argv[i][0] == '-' ? "unknown option" : "only one PATH, got also",
               argv[i]);
       ckpt_usage(stderr);
       return MTF_EXIT_USAGE;
@@ -45,15 +49,15 @@ int mtf_cmd_ckpt(int argc, char **argv) {
     }
   }
   if (!path) {
-    fprintf(stderr, "mtf ckpt inspect: a checkpoint PATH is required\n\n");
+    fprintf(stderr, "mtf ckpt %s: a checkpoint PATH is required\n\n", sub);
     ckpt_usage(stderr);
     return MTF_EXIT_USAGE;
   }
   mtf_error err;
   mtf_error_clear(&err);
-  if (mtf_ckpt_inspect(path, json, stdout, &err) != MTF_OK) {
+  if ((verify ? mtf_ckpt_verify(path, stdout, &err) : mtf_ckpt_inspect(path, json, stdout, &err)) != MTF_OK) {
     fflush(stdout);
-    fprintf(stderr, "mtf ckpt inspect: error: %s\n", err.msg);
+    fprintf(stderr, "mtf ckpt %s: error: %s\n", sub, err.msg);
     return MTF_EXIT_FAILURE;
   }
   return MTF_EXIT_OK;

@@ -33,7 +33,15 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
   if (rc == MTF_OK) {
     *loss = sum / (double)batches;
     *tokens = batches * cfg->train.batch * length;
+    /* A restored checkpoint's parameters are finite (the restore refuses NaN and Inf), so a non-finite
+     * loss here comes from the evaluation itself. Agreed, so every rank returns the same. */
+    if (!isfinite(*loss))
+      rc = mtf_error_set(err, MTF_ERR_INVALID, "the evaluation loss is %s over %lld tokens of %s: the model's "
+                         "parameters are finite, so the forward pass overflowed on this data (check that data.eval "
+                         "was made with this model's tokenizer and vocabulary)", isnan(*loss) ? "NaN" : "infinite",
+                         (long long)*tokens, cfg->data_eval);
   }
+  rc = mtf_comm_agree(st->comm, rc, err);
   free(raw);
   free(inputs);
   free(targets);

@@ -1,0 +1,125 @@
+/* `mtf ckpt verify`: every variable dataset of a checkpoint against its stored checksum, read in one
+ * process with HDF5's default driver (no MPI), a block of rows at a time. */
+#include <hdf5.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_attr.h"
+#include "io/shard.h"
+
+#define BLOCK_ELEMENTS ((uint64_t)1 << 22) /* 16 MiB of float32 per read */
+
+typedef struct verify_ctx {
+  const char *path;
+  FILE *out;
+  int count, bad;
+  char first_bad[MTF_CKPT_PATH_MAX];
+} verify_ctx;
+
+static void mark_bad(verify_ctx *ctx, const char *link) {
+  if (!ctx->bad++) snprintf(ctx->first_bad, sizeof ctx->first_bad, "%s", link);
+}
+
+static herr_t verify_dataset(hid_t group, const char *link, const H5L_info_t *info, void *data) {
+  (void)info;
+  verify_ctx *ctx = data;
+  hid_t dset = H5Dopen2(group, link, H5P_DEFAULT);
+  hid_t space = dset >= 0 ? H5Dget_space(dset) : -1, type = dset >= 0 ? H5Dget_type(dset) : -1;
+  int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+  hsize_t dims[MTF_MAX_RANK];
+  uint64_t stored = 0, sum = 0, nonfinite = 0;
+  const char *problem = NULL;
+  if (dset < 0 || space < 0 || type < 0 || rank < 0 || rank > MTF_MAX_RANK)
+    problem = "unreadable";
+  else if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
+    problem = "not float32";
+  else if (mtf_ckpt_attr_read_u64(dset, "checksum", &stored) != 0)
+    problem = "has no checksum attribute (written by an mtf before checksums, or damaged): nothing to verify it "
+              "against";
+  float *buf = NULL;
+  if (!problem) {
+    H5Sget_simple_extent_dims(space, dims, NULL);
+    uint64_t dims64[MTF_MAX_RANK], start[MTF_MAX_RANK] = {0}, count[MTF_MAX_RANK], row = 1, rows = rank > 0 ? dims[0] : 1;
+    for (int d = 0; d < rank; d++) dims64[d] = dims[d], count[d] = dims[d];
+    for (int d = 1; d < rank; d++) row *= dims[d];
+    uint64_t per_block = row > 0 && row < BLOCK_ELEMENTS ? BLOCK_ELEMENTS / row : 1;
+    buf = malloc(sizeof(float) * (size_t)(per_block * (row > 0 ? row : 1)));
+    if (!buf) problem = "too large to read (out of memory)";
+    for (uint64_t r = 0; !problem && r < rows && row > 0; r += per_block) {
+      uint64_t n = rows - r < per_block ? rows - r : per_block;
+      hid_t mem = -1, file_space = H5Scopy(space);
+      if (rank > 0) {
+        hsize_t hstart[MTF_MAX_RANK] = {0}, hcount[MTF_MAX_RANK];
+        for (int d = 0; d < rank; d++) hcount[d] = dims[d];
+        hstart[0] = r, hcount[0] = n, start[0] = r, count[0] = n;
+        mem = H5Screate_simple(rank, hcount, NULL);
+        if (file_space < 0 || H5Sselect_hyperslab(file_space, H5S_SELECT_SET, hstart, NULL, hcount, NULL) < 0) problem = "unreadable";
+      } else {
+        mem = H5Screate(H5S_SCALAR);
+      }
+      if (!problem && (mem < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, buf) < 0))
+        problem = "unreadable (damaged file)";
+      if (!problem) {
+        sum += mtf_ckpt_checksum_slab(buf, rank, dims64, start, count);
+        for (uint64_t k = 0; k < n * row; k++) nonfinite += !isfinite(buf[k]);
+      }
+      if (mem >= 0) H5Sclose(mem);
+      if (file_space >= 0) H5Sclose(file_space);
+    }
+    if (!problem && sum != stored) problem = "fails its checksum: the file is damaged";
+  }
+  free(buf);
+  if (problem) {
+    mark_bad(ctx, link);
+    if (sum != stored && strstr(problem, "checksum"))
+      fprintf(ctx->out, "BAD  variables/%s %s (stored %016llx, the data gives %016llx)\n", link, problem,
+              (unsigned long long)stored, (unsigned long long)sum);
+    else
+      fprintf(ctx->out, "BAD  variables/%s %s\n", link, problem);
+  } else if (nonfinite) {
+    fprintf(ctx->out, "ok   variables/%s (but it holds %llu NaN or infinite values: its run had diverged)\n", link,
+            (unsigned long long)nonfinite);
+  }
+  ctx->count++;
+  if (type >= 0) H5Tclose(type);
+  if (space >= 0) H5Sclose(space);
+  if (dset >= 0) H5Dclose(dset);
+  return 0;
+}
+
+static int verify_locked(const char *path, FILE *out, mtf_error *err) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0)
+    return mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or damaged", path);
+  int rc = MTF_OK;
+  int64_t version = 0, complete = 0;
+  if (H5Lexists(file, "tokens", H5P_DEFAULT) > 0 && H5Lexists(file, "variables", H5P_DEFAULT) <= 0)
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "'%s' is a token shard, not a checkpoint", path);
+  else if (mtf_ckpt_attr_read_i64(file, "format_version", &version) != 0 || version != MTF_CKPT_FORMAT_VERSION)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no format_version %d attribute: not an mtf checkpoint "
+                       "this build reads, or damaged", path, MTF_CKPT_FORMAT_VERSION);
+  else if (mtf_ckpt_attr_read_i64(file, "complete", &complete) != 0 || complete != 1)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' is incomplete (its writer stopped before the end)", path);
+  hid_t group = rc == MTF_OK ? H5Gopen2(file, "variables", H5P_DEFAULT) : -1;
+  if (rc == MTF_OK && group < 0) rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no /variables group", path);
+  verify_ctx ctx = {.path = path, .out = out};
+  if (rc == MTF_OK && H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, NULL, verify_dataset, &ctx) < 0)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': cannot list the datasets of /variables (damaged)", path);
+  if (rc == MTF_OK && ctx.bad)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': %d of %d datasets fail verification, first "
+                       "variables/%s", path, ctx.bad, ctx.count, ctx.first_bad);
+  if (rc == MTF_OK) fprintf(out, "checkpoint %s: ok, %d datasets match their checksums\n", path, ctx.count);
+  if (group >= 0) H5Gclose(group);
+  H5Fclose(file);
+  return rc;
+}
+
+int mtf_ckpt_verify(const char *path, FILE *out, mtf_error *err) {
+  mtf_hdf5_lock();
+  int rc = verify_locked(path, out, err);
+  mtf_hdf5_unlock();
+  return rc;
+}
