@@ -1,6 +1,7 @@
 /* Saving and restoring checkpoints with parallel HDF5 (see checkpoint.h and docs/CHECKPOINTS.md). */
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt/checkpoint.h"
+#include "core/paths.h"
 
 #include <hdf5.h>
 #include <math.h>
@@ -552,6 +553,7 @@ static const char *dataset_name_of(const char *variable) {
 static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_slots, mtf_ckpt_state *st,
                           int64_t *bytes, mtf_error *err) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  MTF_CHECK(mtf_require_regular_file(path, "checkpoint", "a checkpoint is an HDF5 file written by mtf train", err));
   hid_t fapl = mpio_access(m);
   hid_t file = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
   char reason[MTF_ERROR_MSG_MAX / 4];

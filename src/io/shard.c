@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "io/shard.h"
 
+#include "core/paths.h"
+
 #include "io/decode_table.h"
 
 #include <errno.h>
@@ -129,16 +131,10 @@ static const char *type_name(hid_t type) {
 static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
   quiet_hdf5();
   /* stat first: a FIFO or device opened for reading would block, or read something that is no file. */
+  MTF_CHECK(mtf_require_regular_file(path, "shard", "a shard is an HDF5 file; remove it from the dataset", err));
   struct stat before;
-  if (stat(path, &before) != 0 || access(path, R_OK) != 0)
-    return mtf_error_set(err, MTF_ERR_IO, "shard '%s': cannot open it (%s): check the path and permissions", path,
-                         strerror(errno));
-  if (!S_ISREG(before.st_mode))
-    return mtf_error_set(err, MTF_ERR_IO, "shard '%s' is not a regular file (it is a %s): a shard is an HDF5 file; "
-                         "remove it from the dataset", path,
-                         S_ISFIFO(before.st_mode) ? "FIFO" : S_ISDIR(before.st_mode) ? "directory"
-                         : S_ISSOCK(before.st_mode) ? "socket" : S_ISCHR(before.st_mode) || S_ISBLK(before.st_mode)
-                         ? "device" : "special file");
+  if (stat(path, &before) != 0)
+    return mtf_error_set(err, MTF_ERR_IO, "shard '%s': cannot open it (%s)", path, strerror(errno));
   if (H5Fis_hdf5(path) <= 0)
     return mtf_error_set(err, MTF_ERR_IO,
                          "shard '%s' is not a readable HDF5 file (not HDF5, or truncated or damaged): re-create it "

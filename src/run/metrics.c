@@ -2,6 +2,7 @@
 #include "run/metrics.h"
 
 #include "core/clock.h"
+#include "core/paths.h"
 
 #include <errno.h>
 #include <math.h>
@@ -11,7 +12,9 @@ FILE *mtf_metrics_open(const mtf_config *cfg, int rank, int64_t steps_done, mtf_
   if (rank != 0) return NULL;
   char path[MTF_CONFIG_PATH + 32], kept[MTF_CONFIG_PATH + 48];
   snprintf(path, sizeof path, "%s/config.yaml", cfg->run_dir);
-  FILE *f = fopen(path, "w");
+  /* A link planted at config.yaml or metrics.jsonl is replaced, never followed out of the run directory. */
+  mtf_error ignored;
+  FILE *f = mtf_create_file_nofollow(path, &ignored);
   if (f) {
     mtf_config_print(cfg, f);
     fclose(f);
@@ -22,11 +25,8 @@ FILE *mtf_metrics_open(const mtf_config *cfg, int rank, int64_t steps_done, mtf_
     mtf_error_set(err, MTF_ERR_IO, "cannot rename '%s': %s", path, strerror(errno));
     return NULL;
   }
-  FILE *metrics = fopen(path, "w");
-  if (!metrics) {
-    mtf_error_set(err, MTF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    return NULL;
-  }
+  FILE *metrics = mtf_create_file_nofollow(path, err);
+  if (!metrics) return NULL;
   FILE *old = steps_done > 0 ? fopen(kept, "r") : NULL;
   char line[1024];
   long long step;
