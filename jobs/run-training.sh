@@ -31,6 +31,11 @@ forward() {
 trap 'forward USR1' USR1
 trap 'forward TERM' TERM
 cd "$MTF_HOME" || exit 1
+# Evidence that mtf ran: on rank 0 it writes RUN_DIR/config.yaml and creates RUN_DIR/metrics.jsonl anew at
+# every start. srun can end without starting a task (e.g. slurmd's PMIx socket could not be created), even
+# with status 0; then neither file changes, and the job must fail instead of reporting success.
+started() { stat -c '%i %y %s' "$RUN_DIR/config.yaml" "$RUN_DIR/metrics.jsonl" 2>/dev/null; }
+before=$(started)
 srun --mpi=pmix --kill-on-bad-exit=1 "$MTF" train "$CONFIG" --set "run.dir=$RUN_DIR" "${extra[@]}" &
 pid=$!
 # `wait` returns early when a trapped signal arrives; keep waiting until srun itself has ended.
@@ -47,5 +52,19 @@ if [ "$status" = 75 ] || { [ "$warned" = 1 ] && [ -f "$latest" ] && [ "$(stat -c
   scontrol requeue "$SLURM_JOB_ID" && exit 0
   say "scontrol requeue failed: resubmit the same template; it resumes from $RUN_DIR/checkpoints/latest"
 fi
-say "done, exit status $status"
-exit "$status"
+after=$(started)
+if [ -z "$after" ] || [ "$after" = "$before" ]; then
+  if [ "$status" = 0 ]; then
+    say "mtf did not run: srun ended with status 0, but $RUN_DIR/config.yaml and metrics.jsonl were not written" \
+        "(srun's tasks never started; see srun's messages above and slurmd's log on ${SLURMD_NODENAME:-the node})"
+    status=1
+  else
+    say "training did not start: srun ended with status $status before $RUN_DIR/config.yaml and metrics.jsonl were" \
+        "written (srun could not start the tasks, or mtf stopped during start-up; see the messages above)"
+  fi
+  say "failed, exit status $status"
+  exit "$status"
+fi
+[ "$status" = 0 ] || { say "failed, exit status $status"; exit "$status"; }
+say "done, exit status 0"
+exit 0

@@ -6,9 +6,16 @@
 # over another cluster's ports. Needs root and the packages of tools/install-deps.sh.
 # Environment: MTF_SLURM_DIR (default /tmp/mtf-slurm), MTF_SLURM_CPUS (CPUs advertised, default 4),
 #              MTF_SLURM_PORT (slurmctld port, default 6817; slurmd uses the next one).
+# slurmd and PMIx create UNIX sockets under the spool directory, and a socket's path must stay under 108
+# bytes ('UNIX socket path is too long' in slurmd.log, and srun's tasks never start). When MTF_SLURM_DIR is
+# too long for that (e.g. a deep build directory), the state and spool directories go to a short
+# /tmp/mtfs-UID-HASH instead (HASH from MTF_SLURM_DIR), recorded in MTF_SLURM_DIR/short-dir and linked
+# from MTF_SLURM_DIR/spool; slurm-down.sh removes it. If even that is too long (a very long host name) this
+# script refuses with the lengths.
 # Exit status: 0 up; 1 failed (logs shown); 77 this machine cannot run slurmd (the reason is printed).
 set -euo pipefail
 dir=${MTF_SLURM_DIR:-/tmp/mtf-slurm}
+case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
 cpus=${MTF_SLURM_CPUS:-4}
 ctld_port=${MTF_SLURM_PORT:-6817}
 d_port=$((ctld_port + 1))
@@ -31,8 +38,45 @@ cleanup_on_failure() {
 }
 trap cleanup_on_failure EXIT
 
-mkdir -p "$dir"/{state,spool,log,run}
-chmod 755 "$dir"
+# The longest socket path slurmd and PMIx create under SPOOL, with the widest values: job ids up to 8
+# digits (MaxJobId 67043328), step ids up to 10, process ids up to 7. They are
+#   SPOOL/HOST_JOB.STEP (slurmstepd), SPOOL/stepd.slurm.pmix.JOB.STEP (Slurm's PMIx server),
+#   SPOOL/pmix.JOB.STEP/pmix.HOST.tool.NSPACE with NSPACE slurm.pmix.JOB.STEP, .../pmix.HOST.tool.PID,
+#   .../pmix.sys.HOST (PMIx's rendezvous files).
+max_socket=107   # sun_path is 108 bytes with the terminating NUL
+longest_socket() { # spool dir
+  local job=12345678 step=1234567890 pid=1234567
+  printf '%s\n' "$1/${host}_$job.$step" "$1/stepd.slurm.pmix.$job.$step" \
+    "$1/pmix.$job.$step/pmix.$host.tool.slurm.pmix.$job.$step" "$1/pmix.$job.$step/pmix.$host.tool.$pid" \
+    "$1/pmix.$job.$step/pmix.sys.$host" | awk '{ if (length($0) > n) { n = length($0); p = $0 } } END { print n, p }'
+}
+short=$dir
+read -r len example < <(longest_socket "$dir/spool")
+if [ "$len" -gt "$max_socket" ]; then
+  short=/tmp/mtfs-$(id -u)-$(printf '%s' "$dir" | sha256sum | cut -c1-8)
+  read -r len2 example2 < <(longest_socket "$short/spool")
+  if [ "$len2" -gt "$max_socket" ]; then
+    log "refusing: Slurm's sockets would have paths of up to $len2 bytes (e.g. $example2), over the limit of" \
+        "$max_socket, even under $short (host name '$host' is ${#host} bytes)"
+    exit 1
+  fi
+  log "MTF_SLURM_DIR is too long for Slurm's sockets ($len bytes, e.g. $example; the limit is $max_socket):" \
+      "state and spool go to $short"
+  # /tmp is shared: a planted link or another user's directory there is refused, never followed.
+  if [ -L "$short" ] || { [ -e "$short" ] && [ "$(stat -c %u "$short")" != "$(id -u)" ]; }; then
+    log "refusing: $short exists and is a link or not owned by uid $(id -u)"; exit 1
+  fi
+fi
+mkdir -p "$dir"/{log,run} "$short"/{state,spool}
+chmod 755 "$dir" "$short"
+if [ "$short" != "$dir" ]; then
+  echo "$short" > "$dir/short-dir"
+  rm -rf "$dir/state" "$dir/spool"   # a link, or the directories of an earlier run that had a short path
+  ln -s "$short/spool" "$dir/spool"
+  ln -s "$short/state" "$dir/state"
+else
+  rm -f "$dir/short-dir"
+fi
 
 # munge: a key, then the daemon unless one already answers.
 if [ ! -s /etc/munge/munge.key ]; then
@@ -62,8 +106,8 @@ AuthType=auth/munge
 AuthInfo=cred_expire=10
 CryptoType=crypto/munge
 MailProg=/bin/true
-StateSaveLocation=${dir}/state
-SlurmdSpoolDir=${dir}/spool
+StateSaveLocation=${short}/state
+SlurmdSpoolDir=${short}/spool
 SlurmctldPidFile=${dir}/run/slurmctld.pid
 SlurmdPidFile=${dir}/run/slurmd.pid
 SlurmctldLogFile=${dir}/log/slurmctld.log
