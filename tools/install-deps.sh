@@ -44,6 +44,7 @@ PKGS=(
   python3-venv                              # .venv for the PyPI packages (--python)
   python3-matplotlib                        # tools/plot_metrics.py
   fortunes                                  # default text corpus for the quick start
+  clang libclang-rt-14-dev                  # tools/fuzz.sh: libFuzzer and the ASan/UBSan runtimes
 )
 
 missing=()
