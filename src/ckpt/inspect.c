@@ -1,6 +1,7 @@
 /* `mtf ckpt inspect`: a checkpoint's state, config and datasets, read in one process with HDF5's default
  * driver (no MPI). */
 #include <hdf5.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,9 +48,19 @@ static herr_t print_dataset(hid_t group, const char *link, const H5L_info_t *inf
     mtf_ckpt_attr_read_string(dset, "variable", variable, sizeof variable);
     mtf_ckpt_attr_read_string(dset, "kind", kind, sizeof kind);
     const char *dtype = H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4 ? "float32" : "other";
-    int64_t elements = 1;
-    for (int d = 0; d < rank; d++) elements *= (int64_t)sizes[d];
-    ctx->bytes += elements * (int64_t)H5Tget_size(type);
+    /* Sizes come from the file: a product that overflows is damage, not a number to print. */
+    int64_t elements = 1, bytes = 0;
+    int overflow = 0;
+    for (int d = 0; d < rank && !overflow; d++)
+      overflow = sizes[d] > (hsize_t)INT64_MAX || !mtf_checked_product(elements, (int64_t)sizes[d], &elements);
+    overflow = overflow || !mtf_checked_product(elements, (int64_t)H5Tget_size(type), &bytes) ||
+               bytes > INT64_MAX - ctx->bytes;
+    if (overflow) {
+      ctx->failed = 1;
+      fprintf(stderr, "mtf ckpt inspect: dataset variables/%s has a size that overflows 64 bits (damaged)\n", link);
+      elements = bytes = 0;
+    }
+    ctx->bytes += bytes;
     if (ctx->json) {
       fprintf(ctx->out, "%s\n    {\"dataset\": ", ctx->count ? "," : "");
       json_string(ctx->out, link);

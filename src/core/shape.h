@@ -45,7 +45,7 @@ bool mtf_shape_equal(const mtf_shape *a, const mtf_shape *b);
 /* The most elements a shape may have (2^60): element counts, and their sizes in bytes (up to 8 per element),
  * then fit an int64 with room to spare. mtf_shape_append refuses a dimension that would pass it. */
 #define MTF_MAX_ELEMENTS ((int64_t)1 << 60)
-/* *out = a * b for a, b >= 0; returns 0 (and leaves *out as INT64_MAX) when the product passes
+/* *out = a * b for a, b >= 0; returns 1, or 0 (leaving *out as INT64_MAX) when the product passes
  * MTF_MAX_ELEMENTS. For sizes from outside input. */
 int mtf_checked_product(int64_t a, int64_t b, int64_t *out);
 

@@ -42,21 +42,23 @@ static int einsum2(const mtf_step *st, const float *a, const float *b, float *ou
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   if (d.scratch_elements > 0 && !scratch) return MTF_ERR_INVALID;
   const mtf_shape *a_shape = &st->in_shape[0], *b_shape = &st->in_shape[1];
+  float *part[5] = {NULL, NULL, NULL, NULL, NULL}; /* the scratch parts (no pointer arithmetic on NULL) */
+  for (int i = 0; i < 5 && scratch; i++) part[i] = scratch + d.scratch_offset[i];
   if (d.a_summed) { /* sum away dims that only one operand has */
-    float *summed = scratch + d.scratch_offset[0];
+    float *summed = part[0];
     mtf_cpu_reduce_into(a_shape, a, &d.a_kept, summed);
     a = summed;
   }
   if (d.b_summed) {
-    float *summed = scratch + d.scratch_offset[1];
+    float *summed = part[1];
     mtf_cpu_reduce_into(b_shape, b, &d.b_kept, summed);
     b = summed;
   }
-  const float *ap = prepare(&d.a_kept, a, &d.batch, &d.m, &d.k, d.a_packed, scratch + d.scratch_offset[2]);
-  const float *bp = prepare(&d.b_kept, b, &d.batch, &d.k, &d.n, d.b_packed, scratch + d.scratch_offset[3]);
+  const float *ap = prepare(&d.a_kept, a, &d.batch, &d.m, &d.k, d.a_packed, part[2]);
+  const float *bp = prepare(&d.b_kept, b, &d.batch, &d.k, &d.n, d.b_packed, part[3]);
   int ta = d.a_transposed, tb = d.b_transposed;
   int64_t M = d.M, N = d.N, K = d.K;
-  float *c = d.c_packed ? scratch + d.scratch_offset[4] : out;
+  float *c = d.c_packed ? part[4] : out;
   for (int64_t i = 0; i < d.nb; i++)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, ap + i * M * K, ta ? (int)M : (int)K, bp + i * K * N, tb ? (int)K : (int)N, 0.0f,
