@@ -1,5 +1,8 @@
 #include "ckpt/ckpt_attr.h"
 
+#include "core/paths.h"
+#include "core/rng.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,19 +119,24 @@ int mtf_ckpt_attr_read_string(hid_t object, const char *name, char *buf, size_t 
   return rc;
 }
 
-int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value) {
+/* A one-element integer attribute read as mem_type; unsigned_u64 asks for exactly an unsigned 64-bit one
+ * (the checksums), otherwise any integer of up to 8 bytes. */
+static int read_integer(hid_t object, const char *name, hid_t mem_type, int unsigned_u64, void *value) {
   if (H5Aexists(object, name) <= 0) return -1;
   hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
   if (attr < 0) return -1;
   hid_t space = H5Aget_space(attr), type = H5Aget_type(attr);
-  int rc = space >= 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) <= 8 &&
-                   H5Sget_simple_extent_npoints(space) == 1 && H5Aread(attr, H5T_NATIVE_INT64, value) >= 0
-               ? 0
-               : -1;
+  int ok = space >= 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Sget_simple_extent_npoints(space) == 1;
+  if (ok) ok = unsigned_u64 ? H5Tget_size(type) == 8 && H5Tget_sign(type) == H5T_SGN_NONE : H5Tget_size(type) <= 8;
+  int rc = ok && H5Aread(attr, mem_type, value) >= 0 ? 0 : -1;
   if (type >= 0) H5Tclose(type);
   if (space >= 0) H5Sclose(space);
   H5Aclose(attr);
   return rc;
+}
+
+int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value) {
+  return read_integer(object, name, H5T_NATIVE_INT64, 0, value);
 }
 
 int mtf_ckpt_attr_write_u64(hid_t object, const char *name, uint64_t value) {
@@ -141,19 +149,7 @@ int mtf_ckpt_attr_write_u64(hid_t object, const char *name, uint64_t value) {
 }
 
 int mtf_ckpt_attr_read_u64(hid_t object, const char *name, uint64_t *value) {
-  if (H5Aexists(object, name) <= 0) return -1;
-  hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
-  if (attr < 0) return -1;
-  hid_t space = H5Aget_space(attr), type = H5Aget_type(attr);
-  int rc = space >= 0 && type >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 8 &&
-                   H5Tget_sign(type) == H5T_SGN_NONE && H5Sget_simple_extent_npoints(space) == 1 &&
-                   H5Aread(attr, H5T_NATIVE_UINT64, value) >= 0
-               ? 0
-               : -1;
-  if (type >= 0) H5Tclose(type);
-  if (space >= 0) H5Sclose(space);
-  H5Aclose(attr);
-  return rc;
+  return read_integer(object, name, H5T_NATIVE_UINT64, 1, value);
 }
 
 int mtf_ckpt_attr_read_strings(hid_t object, const char *name, char (*values)[MTF_NAME_MAX], int max, int *n) {
@@ -181,18 +177,8 @@ int mtf_ckpt_attr_read_strings(hid_t object, const char *name, char (*values)[MT
 
 /* ---- dataset checksums (docs/CHECKPOINTS.md, "Integrity") ---- */
 
-/* splitmix64's finalizer: a bijection of 64-bit words. */
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
-
 uint64_t mtf_ckpt_element_hash(uint64_t index, uint32_t bits) {
-  return mix64(mix64(index + 0x9e3779b97f4a7c15ULL) ^ (uint64_t)bits);
+  return mtf_mix64(mtf_mix64(index + 0x9e3779b97f4a7c15ULL) ^ (uint64_t)bits);
 }
 
 uint64_t mtf_ckpt_checksum_slab(const float *data, int rank, const uint64_t *dims, const uint64_t *start,
@@ -225,4 +211,13 @@ int mtf_ckpt_dataset_name(const char *variable, char *out, size_t size) {
     if (!variable[i]) break;
   }
   return 0;
+}
+
+hid_t mtf_ckpt_open_serial(const char *path, mtf_error *err) {
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  if (mtf_require_regular_file(path, "checkpoint", "a checkpoint is an HDF5 file written by mtf train", err)) return -1;
+  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0)
+    mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or damaged", path);
+  return file;
 }

@@ -27,6 +27,10 @@ int mtf_ckpt_attr_write_u64(hid_t object, const char *name, uint64_t value);
 /* An unsigned 64-bit integer attribute (the checksum); -1 when absent or of another type. */
 int mtf_ckpt_attr_read_u64(hid_t object, const char *name, uint64_t *value);
 
+/* Opens a checkpoint file read-only in this process alone (inspect, verify, the tokenizer): refuses a
+ * non-regular file before HDF5 opens it; -1 with err set on failure. */
+hid_t mtf_ckpt_open_serial(const char *path, mtf_error *err);
+
 /* A variable dataset's checksum (attribute `checksum`, uint64): the sum modulo 2^64 of
  * mtf_ckpt_element_hash(i, bits of element i) over every element, i its global row-major index. A sum
  * combines slices in any order, so each writer hashes its own hyperslab and the job adds them up; and

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
-#include "core/paths.h"
 #include "ckpt/ckpt_attr.h"
 #include "io/dataset.h"
 #include "io/shard.h"
@@ -89,11 +88,8 @@ static int read_int(hid_t loc, const char *name, int64_t *value) {
 }
 
 static int read_tokenizer_locked(const char *path, mtf_ckpt_tokenizer *out, mtf_error *err) {
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  MTF_CHECK(mtf_require_regular_file(path, "checkpoint", "a checkpoint is an HDF5 file written by mtf train", err));
-  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0)
-    return mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or damaged", path);
+  hid_t file = mtf_ckpt_open_serial(path, err);
+  if (file < 0) return err->code;
   int rc = MTF_OK;
   htri_t exists = H5Lexists(file, TOKENIZER_GROUP, H5P_DEFAULT);
   if (exists > 0) {

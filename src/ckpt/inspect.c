@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
-#include "core/paths.h"
 #include "ckpt/ckpt_attr.h"
 #include "io/shard.h"
 
@@ -126,11 +125,8 @@ static void print_tokenizer(FILE *out, int json, const mtf_ckpt_tokenizer *tok) 
 }
 
 static int inspect_locked(const char *path, int json, const mtf_ckpt_tokenizer *tok, FILE *out, mtf_error *err) {
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  MTF_CHECK(mtf_require_regular_file(path, "checkpoint", "a checkpoint is an HDF5 file written by mtf train", err));
-  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0)
-    return mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or damaged", path);
+  hid_t file = mtf_ckpt_open_serial(path, err);
+  if (file < 0) return err->code;
   const char *keys[] = {"format_version", "step", "rng_seed", "rng_offset", "data_seed", "data_epoch",
                         "data_position", "data_windows", "mesh_ranks", "complete"};
   enum { N_KEYS = sizeof keys / sizeof keys[0] };

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
-#include "core/paths.h"
 #include "ckpt/ckpt_attr.h"
 #include "io/shard.h"
 
@@ -91,11 +90,8 @@ static herr_t verify_dataset(hid_t group, const char *link, const H5L_info_t *in
 }
 
 static int verify_locked(const char *path, FILE *out, mtf_error *err) {
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  MTF_CHECK(mtf_require_regular_file(path, "checkpoint", "a checkpoint is an HDF5 file written by mtf train", err));
-  hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0)
-    return mtf_error_set(err, MTF_ERR_IO, "cannot open checkpoint '%s' as HDF5: missing, truncated or damaged", path);
+  hid_t file = mtf_ckpt_open_serial(path, err);
+  if (file < 0) return err->code;
   int rc = MTF_OK;
   int64_t version = 0, complete = 0;
   if (H5Lexists(file, "tokens", H5P_DEFAULT) > 0 && H5Lexists(file, "variables", H5P_DEFAULT) <= 0)

@@ -5,9 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/agree.h"
 #include "comm/mpi_comm.h"
 
 static int started_here;
+/* The job as a one-axis mesh, made on the first agreement (a collective call, so on every rank at once),
+ * so that agreement before any mesh exists is the one of comm/agree.h. */
+static mtf_comm *world_comm;
 
 int mtf_world_init(int *argc, char ***argv) {
   int initialized = 0;
@@ -22,6 +26,8 @@ int mtf_world_init(int *argc, char ***argv) {
 void mtf_world_finalize(void) {
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (world_comm && !finalized) mtf_comm_destroy(world_comm);
+  world_comm = NULL;
   if (started_here && !finalized) MPI_Finalize();
 }
 
@@ -71,25 +77,16 @@ int mtf_world_broadcast(void *buf, size_t bytes, int root, mtf_error *err) {
 
 int mtf_world_agree(int rc, mtf_error *err) {
   if (!mpi_running() || mtf_world_size() == 1) return rc;
-  int size = mtf_world_size(), rank = mtf_world_rank();
-  int failing = rc != MTF_OK ? rank : size;
-  MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (failing == size) return MTF_OK;
-  struct {
-    int code;
-    char msg[MTF_ERROR_MSG_MAX];
-  } packet;
-  memset(&packet, 0, sizeof packet);
-  if (rank == failing) {
-    packet.code = err && err->code ? err->code : rc;
-    if (err) memcpy(packet.msg, err->msg, sizeof packet.msg);
+  if (!world_comm) {
+    mtf_shape mesh = {0};
+    mtf_error create_err;
+    if (mtf_shape_append(&mesh, "world", mtf_world_size(), &create_err) ||
+        mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &world_comm, &create_err)) {
+      if (err) *err = create_err;
+      return create_err.code;
+    }
   }
-  MPI_Bcast(&packet, (int)sizeof packet, MPI_BYTE, failing, MPI_COMM_WORLD);
-  if (!err) return packet.code;
-  err->code = packet.code;
-  memcpy(err->msg, packet.msg, sizeof err->msg);
-  err->msg[MTF_ERROR_MSG_MAX - 1] = '\0';
-  return mtf_error_prefix(err, "rank %d", failing);
+  return mtf_comm_agree(world_comm, rc, err);
 }
 
 static double reduce_double(double value, MPI_Op op) {

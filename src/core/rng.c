@@ -3,14 +3,8 @@
 #include <math.h>
 
 uint64_t mtf_hash64(uint64_t key, uint64_t counter) {
-  uint64_t z = key ^ (counter * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  /* A second round: the first alone lets nearby keys with equal counters correlate in the low bits. */
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  /* Two rounds: one alone lets nearby keys with equal counters correlate in the low bits. */
+  return mtf_mix64(mtf_mix64(key ^ (counter * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull)));
 }
 
 mtf_rng mtf_rng_make(uint64_t seed, uint64_t stream) {
@@ -60,14 +54,14 @@ uint64_t mtf_permutation_at(const mtf_permutation *perm, uint64_t i) {
   return x;
 }
 
-static uint64_t mix64(uint64_t z) {
+uint64_t mtf_mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
 
 uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
-  return mix64(mix64(mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
+  return mtf_mix64(mtf_mix64(mtf_mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
 }
 
 double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index) {

@@ -25,6 +25,10 @@ uint64_t mtf_rng_next(mtf_rng *rng);
 /* Uniform in [0, bound) for bound >= 1 (rejection sampling, no modulo bias). */
 uint64_t mtf_rng_below(mtf_rng *rng, uint64_t bound);
 
+/* SplitMix64's finaliser: a bijection of 64-bit words (the mixing step of everything here, and of
+ * checkpoint checksums). */
+uint64_t mtf_mix64(uint64_t z);
+
 /* Counter-based values for tensors: a pure function of (seed, stream, index). */
 uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index);
 double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index); /* in (0, 1) */
