@@ -158,7 +158,17 @@ typedef struct mtf_plan_stats {
   int64_t comm_bytes[MTF_COLL_KINDS]; /* sent by this rank per run, by collective kind */
   int64_t comm_calls[MTF_COLL_KINDS];
   int steps;
+  int allreduce_buckets;    /* non-blocking gradient allreduces (mtf_plan_options), counted once in comm_calls */
+  int64_t bucketed_bytes;   /* the gradient bytes they reduce */
 } mtf_plan_stats;
+
+typedef struct mtf_plan_options {
+  /* Gradient reduction overlapped with the backward pass: the allreduces of weight gradients (read only
+   * after the backward pass) are grouped into buckets of at most this many bytes, each summed by one
+   * non-blocking collective started as soon as its last gradient is complete and waited for just before
+   * the first step that reads one. 0: each stays a blocking allreduce before its first reader. */
+  int64_t allreduce_bucket_bytes;
+} mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of
  * the rank at mesh_rank for computing `fetches` and all assigns. */
@@ -169,8 +179,15 @@ int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_
 int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
                                     int mesh_rank, int n_fetches, const mtf_tensor *fetches, mtf_plan **out,
                                     mtf_error *err);
+/* mtf_plan_create with options (NULL: the defaults, as mtf_plan_create). */
+int mtf_plan_create_with_options(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                 int mesh_rank, int n_fetches, const mtf_tensor *fetches,
+                                 const mtf_plan_options *options, mtf_plan **out, mtf_error *err);
 void mtf_plan_destroy(mtf_plan *plan);
 const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan);
+/* Bytes reduced by gradient bucket i (0 <= i < stats.allreduce_buckets) and its number of gradients in
+ * *members (may be NULL); -1 outside the range. */
+int64_t mtf_plan_bucket_bytes(const mtf_plan *plan, int i, int *members);
 /* The layout of a tensor under this plan (split axes, slice shape via core/layout.h). */
 const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t);
 const mtf_graph *mtf_plan_graph(const mtf_plan *plan);
@@ -240,8 +257,11 @@ int mtf_session_threads(const mtf_session *s);
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);
 /* Bytes this session allocated: its activation arena, variables (not those shared) and inputs. */
 int64_t mtf_session_allocated_bytes(const mtf_session *s);
-/* Seconds spent in collectives since creation (for the communication share of step time). */
+/* Seconds blocked in collectives since creation (for the communication share of step time): blocking
+ * collectives, and waits for non-blocking gradient buckets; not the time they progress behind kernels. */
 double mtf_session_comm_seconds(const mtf_session *s);
+/* Seconds spent letting gradient buckets progress between kernels (MPI tests) since creation. */
+double mtf_session_progress_seconds(const mtf_session *s);
 
 #ifdef __cplusplus
 }

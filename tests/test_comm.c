@@ -108,6 +108,59 @@ static void test_allreduce(mtf_axis_set axes) {
       }
 }
 
+/* Non-blocking allreduces over every set of axes at once, interleaved with a blocking one, in flight
+ * together, finished in reverse order (after tests that let them progress): each gives the sum of its
+ * group, and large enough buffers (1 MiB) for MPI to need several rounds. */
+static void test_iallreduce(void) {
+  enum { SETS = 1 << MTF_MAX_MESH_AXES };
+  const int64_t n = 1 << 18;
+  unsigned sets = mtf_mesh_all_axes(&mesh) + 1;
+  float *bufs[SETS];
+  mtf_comm_request requests[SETS];
+  mtf_error err;
+  int64_t calls = comm->stats.calls[MTF_COLL_ALLREDUCE];
+  for (unsigned axes = 0; axes < sets; axes++) {
+    bufs[axes] = malloc(sizeof(float) * (size_t)n);
+    fill(bufs[axes], MTF_F32, world_rank, n);
+    run_ok(mtf_comm_iallreduce(comm, axes, bufs[axes], bufs[axes], (size_t)n, MTF_F32, MTF_REDUCE_SUM,
+                               &requests[axes], &err), &err);
+    CHECK(requests[axes].active);
+    if (axes == 0) { /* a blocking collective while one is in flight */
+      double small[5];
+      fill(small, MTF_F64, world_rank, 5);
+      run_ok(mtf_comm_allreduce(comm, mtf_mesh_all_axes(&mesh), small, small, 5, MTF_F64, MTF_REDUCE_MAX, &err), &err);
+    }
+  }
+  for (int round = 0; round < 3; round++)
+    for (unsigned axes = 0; axes < sets; axes++) {
+      int done = -1;
+      run_ok(mtf_comm_test(comm, &requests[axes], &done, &err), &err);
+      CHECK(done == 0 || done == 1);
+      CHECK(done == !requests[axes].active);
+    }
+  for (unsigned axes = sets; axes-- > 0;) {
+    run_ok(mtf_comm_wait(comm, &requests[axes], &err), &err);
+    CHECK(!requests[axes].active);
+    int members[64], me = 0, g = members_of(axes, members, &me), wrong = 0;
+    for (int64_t i = 0; i < n; i++) {
+      float expect = (float)value(members[0], i);
+      for (int k = 1; k < g; k++) expect += (float)value(members[k], i);
+      wrong += bufs[axes][i] != expect;
+    }
+    CHECK(wrong == 0);
+    /* Finished requests: wait returns at once, test reports done. */
+    int done = 0;
+    CHECK(mtf_comm_wait(comm, &requests[axes], &err) == MTF_OK);
+    CHECK(mtf_comm_test(comm, &requests[axes], &done, &err) == MTF_OK && done == 1);
+    free(bufs[axes]);
+  }
+  CHECK(comm->stats.calls[MTF_COLL_ALLREDUCE] == calls + sets + 1);
+  mtf_comm_request unused;
+  CHECK(mtf_comm_iallreduce(comm, 1u << mesh.rank, NULL, NULL, 0, MTF_F32, MTF_REDUCE_SUM, &unused, &err) ==
+        MTF_ERR_INVALID);
+  CHECK(!unused.active);
+}
+
 static void test_allgather(mtf_axis_set axes) {
   int members[64], me = 0, g = members_of(axes, members, &me);
   int64_t dims[3] = {2, 3, 4};
@@ -303,6 +356,7 @@ int main(int argc, char **argv) {
     test_broadcast(axes);
   }
   test_permute_and_shift();
+  test_iallreduce();
   CHECK(mtf_comm_allreduce(comm, 1u << mesh.rank, NULL, NULL, 0, MTF_F32, MTF_REDUCE_SUM, &err) == MTF_ERR_INVALID);
   CHECK(comm->stats.calls[MTF_COLL_ALLREDUCE] > 0 && comm->stats.calls[MTF_COLL_ALLTOALL] > 0);
 

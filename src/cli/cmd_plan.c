@@ -26,6 +26,28 @@ static int plan_option(void *ctx, int opt, const char *value) {
   return MTF_EXIT_OK;
 }
 
+/* The gradient buckets (train.allreduce_bucket_mb): one non-blocking allreduce each, overlapped with the
+ * backward pass. */
+static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf_plan_stats *stats) {
+  if (stats->allreduce_buckets == 0) {
+    printf("gradient allreduce: not bucketed (%s)\n", cfg->train.allreduce_bucket_mb > 0
+                                                          ? "no weight gradient is summed over a mesh axis"
+                                                          : "train.allreduce_bucket_mb is 0: one blocking allreduce each");
+    return;
+  }
+  int gradients = 0;
+  for (int i = 0; i < stats->allreduce_buckets; i++) {
+    int members = 0;
+    mtf_plan_bucket_bytes(plan, i, &members);
+    gradients += members;
+  }
+  printf("gradient allreduce: %d buckets of at most %g MiB overlapped with the backward pass, %d gradients, %.2f MiB "
+         "in all:", stats->allreduce_buckets, cfg->train.allreduce_bucket_mb, gradients,
+         stats->bucketed_bytes / 1048576.0);
+  for (int i = 0; i < stats->allreduce_buckets; i++) printf(" %.2f", mtf_plan_bucket_bytes(plan, i, NULL) / 1048576.0);
+  printf(" MiB\n");
+}
+
 static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   const mtf_plan_stats *stats = mtf_plan_get_stats(p->train_plan);
   int64_t param_bytes, slot_bytes;
@@ -71,7 +93,13 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     for (int k = 0; k < MTF_COLL_KINDS; k++)
       printf("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld}", k ? ", " : "", mtf_collective_name((mtf_collective_kind)k),
              (long long)stats->comm_calls[k], (long long)stats->comm_bytes[k]);
-    printf("}}\n");
+    printf("}, \"allreduce_buckets\": [");
+    for (int i = 0; i < stats->allreduce_buckets; i++) {
+      int members = 0;
+      int64_t bytes = mtf_plan_bucket_bytes(p->train_plan, i, &members);
+      printf("%s{\"bytes\": %lld, \"gradients\": %d}", i ? ", " : "", (long long)bytes, members);
+    }
+    printf("]}\n");
     return;
   }
   printf("\nper rank: parameters %.2f MiB, optimizer state %.2f MiB, activations (planned peak) %.2f MiB, total %.2f MiB\n",
@@ -83,6 +111,7 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
       printf(", %s %lld calls %.2f MiB sent", mtf_collective_name((mtf_collective_kind)k), (long long)stats->comm_calls[k],
              stats->comm_bytes[k] / 1048576.0);
   printf("\n");
+  print_buckets(cfg, p->train_plan, stats);
 }
 
 int mtf_cmd_plan(int argc, char **argv) {

@@ -65,6 +65,29 @@ int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
   return comm->ops->allreduce(comm, axes, in, out, count, dtype, op, err);
 }
 
+int mtf_comm_iallreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                        mtf_reduce_op op, mtf_comm_request *req, mtf_error *err) {
+  memset(req, 0, sizeof *req);
+  if (!comm->ops->iallreduce) return mtf_comm_allreduce(comm, axes, in, out, count, dtype, op, err);
+  MTF_CHECK(check_axes(comm, axes, err));
+  int g = mtf_comm_group_size(comm, axes);
+  count_call(comm, MTF_COLL_ALLREDUCE,
+             mtf_collective_bytes_sent(MTF_COLL_ALLREDUCE, g, (double)(count * mtf_dtype_size(dtype))));
+  return comm->ops->iallreduce(comm, axes, in, out, count, dtype, op, req, err);
+}
+
+int mtf_comm_test(mtf_comm *comm, mtf_comm_request *req, int *done, mtf_error *err) {
+  *done = 1;
+  if (!req->active) return MTF_OK;
+  *done = 0;
+  return comm->ops->test(comm, req, done, err);
+}
+
+int mtf_comm_wait(mtf_comm *comm, mtf_comm_request *req, mtf_error *err) {
+  if (!req->active) return MTF_OK;
+  return comm->ops->wait(comm, req, err);
+}
+
 int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype, int rank,
                        const int64_t *dims, int axis, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));

@@ -20,6 +20,18 @@
 
 typedef struct mtf_comm mtf_comm;
 
+/* A non-blocking collective in flight, in storage the caller owns: started by mtf_comm_iallreduce and
+ * finished by mtf_comm_wait, or by a mtf_comm_test that reports it done. The backend keeps its own handle
+ * inside (an MPI_Request; later e.g. a CUDA event). */
+typedef struct mtf_comm_request {
+  int active; /* started and not yet finished */
+  union {
+    void *pointer;
+    int64_t integer;
+    unsigned char bytes[32];
+  } handle;
+} mtf_comm_request;
+
 typedef enum mtf_collective_kind {
   MTF_COLL_ALLREDUCE,
   MTF_COLL_ALLGATHER,
@@ -54,6 +66,13 @@ typedef struct mtf_comm_ops {
   int (*broadcast)(mtf_comm *comm, mtf_axis_set axes, void *buf, size_t bytes, int root, mtf_error *err);
   int (*barrier)(mtf_comm *comm, mtf_error *err);
   void (*destroy)(mtf_comm *comm);
+  /* Optional (NULL: mtf_comm_iallreduce runs the blocking allreduce and returns a finished request).
+   * iallreduce starts the collective and sets req->active; test sets *done and, when done, clears it;
+   * wait returns when it is done. */
+  int (*iallreduce)(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                    mtf_reduce_op op, mtf_comm_request *req, mtf_error *err);
+  int (*test)(mtf_comm *comm, mtf_comm_request *req, int *done, mtf_error *err);
+  int (*wait)(mtf_comm *comm, mtf_comm_request *req, mtf_error *err);
 } mtf_comm_ops;
 
 typedef struct mtf_comm_stats {
@@ -80,6 +99,19 @@ int mtf_comm_group_position(const mtf_comm *comm, mtf_axis_set axes);
 /* out = op over the group of in (count elements); in == out is allowed. */
 int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
                        mtf_reduce_op op, mtf_error *err);
+
+/* The same, without blocking: starts the allreduce and returns; `out` (and `in`) must stay untouched until
+ * mtf_comm_wait returns or mtf_comm_test reports it done. Every rank of the group must start its
+ * collectives in the same order (blocking and non-blocking alike); requests may finish in any order.
+ * MPI makes progress only inside MPI calls (OpenMPI has no progress thread by default): a caller that
+ * computes meanwhile calls mtf_comm_test now and then. */
+int mtf_comm_iallreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                        mtf_reduce_op op, mtf_comm_request *req, mtf_error *err);
+/* Lets a started collective progress; *done = 1 once it has finished (then req is inactive). A request
+ * that is not active is done. */
+int mtf_comm_test(mtf_comm *comm, mtf_comm_request *req, int *done, mtf_error *err);
+/* Blocks until the collective has finished; an inactive request returns at once. */
+int mtf_comm_wait(mtf_comm *comm, mtf_comm_request *req, mtf_error *err);
 
 /* Concatenates the members' tensors (each rank x dims) along tensor axis `axis` in member order;
  * out has dims[axis] * group_size there. */

@@ -67,6 +67,38 @@ static int mpi_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void
   return MTF_OK;
 }
 
+_Static_assert(sizeof(MPI_Request) <= sizeof(((mtf_comm_request *)0)->handle), "an MPI_Request fits a request's handle");
+
+static MPI_Request *request_of(mtf_comm_request *req) { return (MPI_Request *)(void *)req->handle.bytes; }
+
+static int mpi_iallreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
+                          mtf_reduce_op op, mtf_comm_request *req, mtf_error *err) {
+  MTF_CHECK(int_count(count, "allreduce", err));
+  const void *send = in == out ? MPI_IN_PLACE : in;
+  MPI_TRY(MPI_Iallreduce(send, out, (int)count, mpi_type(dtype), mpi_op(op), impl_of(comm)->groups[axes],
+                         request_of(req)));
+  req->active = 1;
+  return MTF_OK;
+}
+
+/* MPI sets the request to MPI_REQUEST_NULL when it completes. Errors of a non-blocking collective come
+ * back from Test/Wait with the communicator's error handler (MPI_ERRORS_RETURN, inherited from world). */
+static int mpi_test(mtf_comm *comm, mtf_comm_request *req, int *done, mtf_error *err) {
+  (void)comm;
+  int flag = 0;
+  MPI_TRY(MPI_Test(request_of(req), &flag, MPI_STATUS_IGNORE));
+  *done = flag != 0;
+  if (flag) req->active = 0;
+  return MTF_OK;
+}
+
+static int mpi_wait(mtf_comm *comm, mtf_comm_request *req, mtf_error *err) {
+  (void)comm;
+  req->active = 0;
+  MPI_TRY(MPI_Wait(request_of(req), MPI_STATUS_IGNORE));
+  return MTF_OK;
+}
+
 static int mpi_allgather_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out_blocks,
                                 size_t block_bytes, mtf_error *err) {
   MTF_CHECK(int_count(block_bytes, "allgather block (bytes)", err));
@@ -133,6 +165,9 @@ static const mtf_comm_ops mpi_ops = {
     .broadcast = mpi_broadcast,
     .barrier = mpi_barrier,
     .destroy = mpi_destroy,
+    .iallreduce = mpi_iallreduce,
+    .test = mpi_test,
+    .wait = mpi_wait,
 };
 
 int mtf_comm_mpi_create(MPI_Comm world, const mtf_shape *mesh, mtf_comm **out, mtf_error *err) {

@@ -66,6 +66,8 @@ static const key_spec schema[] = {
     {"train.prefetch", KEY_INT, F(train.prefetch), "2", 0, 64, NULL, "batches the loader reads ahead"},
     {"train.eval_every", KEY_INT, F(train.eval_every), "0", 0, BIG, NULL, "steps between evaluations (0 = at the end)"},
     {"train.eval_batches", KEY_INT, F(train.eval_batches), "4", 1, BIG, NULL, "batches per evaluation"},
+    {"train.allreduce_bucket_mb", KEY_FLOAT, F(train.allreduce_bucket_mb), "4", 0, 1024, NULL,
+     "MiB of weight gradients per non-blocking allreduce, overlapped with the backward pass (0 = blocking, one each)"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},

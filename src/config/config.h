@@ -33,6 +33,7 @@ typedef struct mtf_train_config {
   int64_t warmup_steps;
   double clip_grad_norm, weight_decay, beta1, beta2, momentum;
   int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;
+  double allreduce_bucket_mb; /* gradient bucket size; 0 = a blocking allreduce per gradient */
 } mtf_train_config;
 
 typedef struct mtf_config {

@@ -26,7 +26,10 @@ struct mtf_session {
   int *poison_start, *poison_list; /* CSR: arena buffers whose last reader is step s */
   char *borrowed;                  /* per variable slot: storage owned by another session */
   uint64_t random_offset;
-  double comm_seconds;
+  mtf_comm_request *requests; /* per gradient bucket of the plan */
+  int *in_flight, n_in_flight; /* buckets started and not yet known to be done, in start order */
+  double comm_seconds;  /* blocked in collectives: blocking ones, and waits of non-blocking ones */
+  double progress_seconds; /* in tests that let non-blocking collectives progress between kernels */
   int64_t allocated_bytes;
 };
 
@@ -97,7 +100,11 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(void *));
   s->inputs = calloc((size_t)plan->n_inputs + 1, sizeof(void *));
   s->borrowed = calloc((size_t)plan->n_variables + 1, 1);
-  if (!s->arena || !s->variables || !s->inputs || !s->borrowed || build_poison_lists(s) != MTF_OK) goto nomem;
+  s->requests = calloc((size_t)plan->n_buckets + 1, sizeof(mtf_comm_request));
+  s->in_flight = calloc((size_t)plan->n_buckets + 1, sizeof(int));
+  if (!s->arena || !s->variables || !s->inputs || !s->borrowed || !s->requests || !s->in_flight ||
+      build_poison_lists(s) != MTF_OK)
+    goto nomem;
   for (int b = 0; b < plan->n_buffers; b++) {
     const mtf_buffer *buf = &plan->buffers[b];
     if (buf->kind == MTF_BUF_ARENA) continue;
@@ -203,6 +210,8 @@ void mtf_session_destroy(mtf_session *s) {
   free(s->poison_start);
   free(s->poison_list);
   free(s->borrowed);
+  free(s->requests);
+  free(s->in_flight);
   free(s);
 }
 
@@ -292,6 +301,51 @@ static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   return be->mem->concat_blocks(be, blocks, out, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts);
 }
 
+/* A bucket's allreduce, started in place over its range; the backend's pending work on that memory ends
+ * first, as before any collective. */
+static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
+  double start = mtf_now_seconds();
+  MTF_CHECK(s->backend->mem->synchronize(s->backend));
+  void *range = buffer_data(s, st->out);
+  int rc = mtf_comm_iallreduce(s->comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
+                               MTF_F32, st->reduce_op, &s->requests[st->bucket], err);
+  if (rc == MTF_OK && s->requests[st->bucket].active) s->in_flight[s->n_in_flight++] = st->bucket;
+  s->comm_seconds += mtf_now_seconds() - start;
+  return rc;
+}
+
+static void forget_in_flight(mtf_session *s, int bucket) {
+  for (int i = 0; i < s->n_in_flight; i++)
+    if (s->in_flight[i] == bucket) {
+      memmove(&s->in_flight[i], &s->in_flight[i + 1], sizeof(int) * (size_t)(s->n_in_flight - i - 1));
+      s->n_in_flight--;
+      return;
+    }
+}
+
+static int wait_bucket(mtf_session *s, int bucket, mtf_error *err) {
+  double start = mtf_now_seconds();
+  int rc = mtf_comm_wait(s->comm, &s->requests[bucket], err);
+  forget_in_flight(s, bucket);
+  s->comm_seconds += mtf_now_seconds() - start;
+  return rc;
+}
+
+/* MPI moves a non-blocking collective on only inside MPI calls: one test per step in flight keeps the
+ * buckets going while kernels run (the time is counted apart from the time blocked in collectives). */
+static int progress_buckets(mtf_session *s, mtf_error *err) {
+  double start = mtf_now_seconds();
+  int rc = MTF_OK;
+  for (int i = 0; i < s->n_in_flight && rc == MTF_OK;) {
+    int done = 0;
+    rc = mtf_comm_test(s->comm, &s->requests[s->in_flight[i]], &done, err);
+    if (done) forget_in_flight(s, s->in_flight[i]);
+    else i++;
+  }
+  s->progress_seconds += mtf_now_seconds() - start;
+  return rc;
+}
+
 static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   void *out = buffer_data(s, st->out);
@@ -321,6 +375,10 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;
     }
+    case MTF_STEP_ALLREDUCE_START:
+      return start_bucket(s, st, err);
+    case MTF_STEP_ALLREDUCE_WAIT:
+      return wait_bucket(s, st->bucket, err);
     case MTF_STEP_SLICE:
       return be->mem->slice(be, &st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out, ELEM);
     case MTF_STEP_COPY:
@@ -334,6 +392,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
     int rc = run_step(s, st, err);
+    if (rc == MTF_OK && s->n_in_flight > 0 && st->kind == MTF_STEP_KERNEL) rc = progress_buckets(s, err);
     if (rc) {
       mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
       /* The other ranks may already wait in this plan's next collective: end the job with the reason. */
@@ -345,6 +404,12 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
         const mtf_buffer *b = &p->buffers[s->poison_list[k]];
         s->backend->mem->fill_f32(s->backend, buffer_data(s, s->poison_list[k]), NAN, b->elements);
       }
+  }
+  /* Every START has its WAIT in the plan; a bucket still in flight here would be a planner bug. */
+  if (s->n_in_flight > 0) {
+    int bucket = s->in_flight[0];
+    while (s->n_in_flight > 0) wait_bucket(s, s->in_flight[0], err);
+    return mtf_error_set(err, MTF_ERR_INVALID, "plan: gradient bucket %d was started but never waited for", bucket);
   }
   return s->backend->mem->synchronize(s->backend);
 }
@@ -426,6 +491,7 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
 
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
+double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->backend->name; }
 int mtf_session_threads(const mtf_session *s) { return s->backend->threads; }

@@ -422,7 +422,8 @@ static int check_layouts(mtf_plan *p, const mtf_graph *g, const mtf_layout_rules
 }
 
 static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
-                       int n_fetches, const mtf_tensor *fetches, int with_assigns, mtf_plan **out, mtf_error *err) {
+                       int n_fetches, const mtf_tensor *fetches, int with_assigns, const mtf_plan_options *options,
+                       mtf_plan **out, mtf_error *err) {
   *out = NULL;
   if (g->error.code != MTF_OK) {
     *err = g->error;
@@ -468,6 +469,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     rc = add_step(&lw, &s);
   }
   free(lw.pending);
+  if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes, err);
   if (rc != MTF_OK) {
     mtf_plan_destroy(p);
     return rc;
@@ -480,6 +482,8 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
   p->stats.peak_bytes = p->arena_elements * (int64_t)sizeof(float);
   for (int b = 0; b < p->n_buffers; b++)
     if (p->buffers[b].kind == MTF_BUF_ARENA) p->stats.naive_bytes += p->buffers[b].elements * (int64_t)sizeof(float);
+  for (int k = 0; k < p->n_buckets; k++) /* a bucket's range holds its members, counted above */
+    p->stats.naive_bytes -= p->buckets[k].elements * (int64_t)sizeof(float);
   p->stats.steps = p->n_steps;
   *out = p;
   return MTF_OK;
@@ -487,13 +491,19 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
 
 int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
                     int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err) {
-  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, out, err);
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, NULL, out, err);
+}
+
+int mtf_plan_create_with_options(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                 int mesh_rank, int n_fetches, const mtf_tensor *fetches,
+                                 const mtf_plan_options *options, mtf_plan **out, mtf_error *err) {
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, options, out, err);
 }
 
 int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
                                     int mesh_rank, int n_fetches, const mtf_tensor *fetches, mtf_plan **out,
                                     mtf_error *err) {
-  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, out, err);
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, NULL, out, err);
 }
 
 void mtf_plan_destroy(mtf_plan *plan) {
@@ -504,10 +514,17 @@ void mtf_plan_destroy(mtf_plan *plan) {
   free(plan->fetch_nodes);
   free(plan->steps);
   free(plan->buffers);
+  free(plan->buckets);
   free(plan);
 }
 
 const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan) { return &plan->stats; }
+
+int64_t mtf_plan_bucket_bytes(const mtf_plan *plan, int i, int *members) {
+  if (i < 0 || i >= plan->n_buckets) return -1;
+  if (members) *members = plan->buckets[i].n_members;
+  return plan->buckets[i].elements * (int64_t)sizeof(float);
+}
 
 const mtf_tensor_layout *mtf_plan_layout(const mtf_plan *plan, mtf_tensor t) {
   if (t < 0 || t >= plan->graph->n_nodes || !plan->needed[t]) return NULL;

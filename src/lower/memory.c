@@ -4,7 +4,8 @@
  * offset where they fit (first fit). Free space is a set of disjoint holes ordered by offset, kept in a
  * treap whose nodes also know the largest hole below them, so finding the first fit, and freeing with
  * coalescing of neighbours, each take O(log n); the whole plan takes O(n log n). The last hole reaches
- * to INT64_MAX, so a buffer always fits; the arena is the highest end ever handed out. */
+ * to INT64_MAX, so a buffer always fits; the arena is the highest end ever handed out. The gradients of a
+ * bucket (buckets.c) are not placed on their own: their bucket's range buffer is, and they lie inside it. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -276,7 +277,7 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan) {
     if (buf->kind != MTF_BUF_ARENA) continue;
     if (buf->last_step < buf->first_step) buf->last_step = buf->first_step; /* written, never read */
     buf->offset = 0;
-    if (buf->elements > 0) starts[n++] = (lifetime){buf->elements, buf->first_step, buf->last_step, b};
+    if (buf->elements > 0 && !buf->bucket) /* a bucket's members are placed with their range, below */ starts[n++] = (lifetime){buf->elements, buf->first_step, buf->last_step, b};
   }
   qsort(starts, (size_t)n, sizeof(lifetime), by_first);
   int n_ends = 0;
@@ -291,6 +292,11 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan) {
       arena = greedy;
       for (int i = 0; i < n; i++) plan->buffers[starts[i].buffer].offset = offsets[i];
     }
+  }
+  for (int b = 0; b < plan->n_buffers && arena >= 0; b++) {
+    mtf_buffer *buf = &plan->buffers[b];
+    if (buf->kind == MTF_BUF_ARENA && buf->bucket)
+      buf->offset = plan->buffers[plan->buckets[buf->bucket - 1].buffer].offset + buf->bucket_offset;
   }
 done:
   free(starts);

@@ -18,6 +18,10 @@ typedef struct mtf_buffer {
   int first_step;  /* writes start here */
   int last_step;   /* last reader; INT_MAX when it must survive the run (fetches) */
   int node;        /* graph node whose value it holds (for messages) */
+  /* 1 + the index of the gradient bucket whose range holds this buffer (0: none). Such a buffer is not
+   * placed by the memory planner: it lies at bucket_offset elements into its bucket's range buffer. */
+  int bucket;
+  int64_t bucket_offset;
 } mtf_buffer;
 
 typedef enum mtf_step_kind {
@@ -26,6 +30,11 @@ typedef enum mtf_step_kind {
   MTF_STEP_ALLGATHER, /* in (shape in_shape[0]) -> out, concatenated along tensor axis `tensor_axis` */
   MTF_STEP_SLICE,     /* out = in[offsets ...] with out_shape */
   MTF_STEP_COPY,      /* out = in (assign to a variable) */
+  /* A bucket's non-blocking allreduce (lower/buckets.c): START begins the sum over `axes` of the range
+   * buffer `out` in place and returns; WAIT blocks until it is done. Nothing between them touches the
+   * range. Backend-neutral: the executor runs them through the communicator's requests. */
+  MTF_STEP_ALLREDUCE_START,
+  MTF_STEP_ALLREDUCE_WAIT,
 } mtf_step_kind;
 
 /* Phases of a fused op whose reduced dimension is split: local statistics, then (after lowering's
@@ -56,7 +65,17 @@ typedef struct mtf_step {
   mtf_axis_set axes;
   mtf_reduce_op reduce_op;
   int tensor_axis;
+  int bucket;                          /* START / WAIT: index into the plan's buckets */
 } mtf_step;
+
+/* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */
+typedef struct mtf_bucket {
+  int buffer;            /* the arena buffer spanning the members, one after another */
+  mtf_axis_set axes;
+  int n_members;
+  int64_t elements;
+  int start_step, wait_step;
+} mtf_bucket;
 
 struct mtf_plan {
   const mtf_graph *graph;
@@ -74,10 +93,18 @@ struct mtf_plan {
   int n_variables, n_inputs;  /* storage slots */
   int *fetch_nodes;
   int n_fetches;
+  mtf_bucket *buckets;
+  int n_buckets;
   mtf_plan_stats stats;
 };
 
-/* memory.c: assigns arena offsets by liveness; returns the arena size in elements. */
+/* memory.c: assigns arena offsets by liveness; returns the arena size in elements. Buffers inside a bucket
+ * get their bucket range's offset plus their own bucket_offset. */
 int64_t mtf_plan_assign_memory(mtf_plan *plan);
+
+/* buckets.c: after lowering, before memory planning: groups the plan's gradient allreduces into buckets of
+ * at most bucket_bytes (a larger gradient gets a bucket of its own), each reduced by one START/WAIT pair
+ * that replaces the members' blocking allreduces. 0 leaves the plan as it is. */
+int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_error *err);
 
 #endif

@@ -44,7 +44,9 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &cfg->model, cfg->train.batch, 0.0f, &p->eval_model, err);
   if (rc == MTF_OK) {
     mtf_tensor fetches[3] = {p->train_model.loss, p->train_model.token_loss, p->grad_norm};
-    rc = mtf_plan_create(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 3, fetches, &p->train_plan, err);
+    mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
+    rc = mtf_plan_create_with_options(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 3, fetches, &options,
+                                      &p->train_plan, err);
   }
   if (rc == MTF_OK)
     rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,

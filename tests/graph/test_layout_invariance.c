@@ -19,6 +19,8 @@ typedef struct results {
 } results;
 
 static int world_rank;
+/* argv[2]: gradient bucket bytes of the layouts' plans (lower/buckets.c); 0 (default): blocking allreduces. */
+static mtf_plan_options plan_options;
 
 static void fail_job(const char *what, const mtf_error *err) {
   fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, err->msg);
@@ -40,7 +42,8 @@ static results run(const model_block *m, const mtf_shape *mesh, const mtf_layout
   mtf_plan *plan;
   mtf_session *session;
   mtf_error err;
-  if (mtf_plan_create(m->graph, mesh, rules, comm->rank, n, fetches, &plan, &err)) fail_job("plan", &err);
+  if (mtf_plan_create_with_options(m->graph, mesh, rules, comm->rank, n, fetches, &plan_options, &plan, &err))
+    fail_job("plan", &err);
   if (stats) *stats = *mtf_plan_get_stats(plan);
   mtf_session_options options = {.poison_freed = 1};
   if (mtf_session_create(plan, comm, &options, &session, &err)) fail_job("session", &err);
@@ -91,9 +94,10 @@ static void check_layout(const model_block *m, const mtf_shape *mesh, mtf_comm *
   int64_t sent = 0;
   for (int k = 0; k < MTF_COLL_KINDS; k++) sent += stats.comm_bytes[k];
   if (world_rank == 0)
-    printf("%-42s loss %.6f  max relative error %.2e (%s)  %5lld bytes sent per rank, peak %lld of %lld bytes\n",
+    printf("%-42s loss %.6f  max relative error %.2e (%s)  %5lld bytes sent per rank, peak %lld of %lld bytes, "
+           "%d gradient buckets\n",
            layout_text, r.values[0][0], worst, worst_index < 2 ? (worst_index ? "logits" : "loss") : "a gradient",
-           (long long)sent, (long long)stats.peak_bytes, (long long)stats.naive_bytes);
+           (long long)sent, (long long)stats.peak_bytes, (long long)stats.naive_bytes, stats.allreduce_buckets);
   CHECK(worst <= 1e-5);
   /* A layout that splits something over a real mesh axis must communicate. */
   if (mtf_mesh_size(mesh) > 1 && rules.count > 0) CHECK(sent > 0);
@@ -166,10 +170,11 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   mtf_error err;
   mtf_shape mesh, one = {0};
-  if (argc != 2 || mtf_mesh_parse(argv[1], &mesh, &err)) {
-    fprintf(stderr, "usage: test_layout_invariance MESH\n");
+  if (argc < 2 || argc > 3 || mtf_mesh_parse(argv[1], &mesh, &err)) {
+    fprintf(stderr, "usage: test_layout_invariance MESH [BUCKET_BYTES]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  if (argc == 3) plan_options.allreduce_bucket_bytes = atoll(argv[2]);
   mtf_comm *comm, *self;
   if (mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err) || mtf_comm_mpi_create(MPI_COMM_SELF, &one, &self, &err))
     fail_job("communicator", &err);
