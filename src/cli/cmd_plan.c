@@ -44,8 +44,12 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
   printf("gradient allreduce: %d buckets of at most %g MiB overlapped with the backward pass, %d gradients, %.2f MiB "
          "in all:", stats->allreduce_buckets, cfg->train.allreduce_bucket_mb, gradients,
          stats->bucketed_bytes / 1048576.0);
-  for (int i = 0; i < stats->allreduce_buckets; i++) printf(" %.2f", mtf_plan_bucket_bytes(plan, i, NULL) / 1048576.0);
-  printf(" MiB\n");
+  for (int i = 0; i < stats->allreduce_buckets; i++) {
+    double bytes = (double)mtf_plan_bucket_bytes(plan, i, NULL);
+    if (bytes >= 1048576.0) printf(" %.2f MiB", bytes / 1048576.0);
+    else printf(" %.1f KiB", bytes / 1024.0);
+  }
+  printf("\n");
 }
 
 static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
