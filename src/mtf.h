@@ -260,7 +260,8 @@ int64_t mtf_session_allocated_bytes(const mtf_session *s);
 /* Seconds blocked in collectives since creation (for the communication share of step time): blocking
  * collectives, and waits for non-blocking gradient buckets; not the time they progress behind kernels. */
 double mtf_session_comm_seconds(const mtf_session *s);
-/* Seconds spent letting gradient buckets progress between kernels (MPI tests) since creation. */
+/* Seconds spent starting gradient buckets' collectives and letting them progress between kernels (MPI
+ * tests) since creation: not blocked, so not in mtf_session_comm_seconds. */
 double mtf_session_progress_seconds(const mtf_session *s);
 
 #ifdef __cplusplus
