@@ -137,11 +137,12 @@ static mtf_tensor xent_grad_composite(mtf_graph *g, const mtf_node *n, const mtf
 static mtf_tensor gelu_grad_composite(mtf_graph *g, const mtf_node *n, const mtf_tensor *in) {
   (void)n;
   mtf_tensor x = in[0], dy = in[1], x2 = mtf_square(g, x);
-  mtf_tensor t = mtf_tanh(g, mtf_scalar_multiply(g, mtf_add(g, x, mtf_scalar_multiply(g, mtf_multiply(g, x2, x), (float)GELU_A)),
-                                                 (float)GELU_C));
+  mtf_tensor inner = mtf_add(g, x, mtf_scalar_multiply(g, mtf_multiply(g, x2, x), (float)GELU_A));
+  mtf_tensor t = mtf_tanh(g, mtf_scalar_multiply(g, inner, (float)GELU_C));
   mtf_tensor slope = mtf_multiply(g, mtf_unary(g, mtf_square(g, t), MTF_UN_AFFINE, -1.0f, 1.0f),
                                   mtf_unary(g, x2, MTF_UN_AFFINE, (float)(3 * GELU_A * GELU_C), (float)GELU_C));
-  mtf_tensor d = mtf_add(g, mtf_unary(g, t, MTF_UN_AFFINE, 0.5f, 0.5f), mtf_scalar_multiply(g, mtf_multiply(g, x, slope), 0.5f));
+  mtf_tensor half_x_slope = mtf_scalar_multiply(g, mtf_multiply(g, x, slope), 0.5f);
+  mtf_tensor d = mtf_add(g, mtf_unary(g, t, MTF_UN_AFFINE, 0.5f, 0.5f), half_x_slope);
   return mtf_multiply(g, dy, d);
 }
 
@@ -151,7 +152,8 @@ typedef mtf_tensor (*composite_fn)(mtf_graph *g, const mtf_node *n, const mtf_te
 /* d/d input of sum(composite(inputs) * G), G = dy held constant. The composite is applied to copies of the
  * inputs that are differentiated as leaves: dy usually depends on x, and that path is not a partial
  * derivative of this op. `differentiable`: a bit per input (cross-entropy's labels have none). */
-static void composite_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor G, composite_fn composite, unsigned differentiable) {
+static void composite_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor G, composite_fn composite,
+                               unsigned differentiable) {
   mtf_graph *g = ctx->g;
   const mtf_node n = g->nodes[self];
   mtf_tensor leaf[MTF_MAX_OP_INPUTS], wrt[MTF_MAX_OP_INPUTS], grads[MTF_MAX_OP_INPUTS];
