@@ -31,6 +31,13 @@ typedef enum mtf_op_kind {
   MTF_OP_MASKED_FILL,   /* x where mask != 0, else params.fill.value */
   MTF_OP_GATHER,        /* table rows by integer ids over params.along.dim (the embedding lookup) */
   MTF_OP_SCATTER_ADD,   /* the gather's gradient: out[id] += rows */
+  /* Fused gradients (ops/fused_grad.c): the backward of the fused ops in one or two passes. */
+  MTF_OP_SOFTMAX_GRAD,      /* y * (dy - sum(dy * y)) over params.along.dim; inputs y (softmax), dy */
+  MTF_OP_LOG_SOFTMAX_GRAD,  /* dy - exp(y) * sum(dy); inputs y (log-softmax), dy */
+  MTF_OP_LAYER_NORM_GRAD,   /* d x of layer_norm (params.norm); inputs x, dy */
+  MTF_OP_RMS_NORM_GRAD,     /* d x of rms_norm; inputs x, dy */
+  MTF_OP_SOFTMAX_XENT_GRAD, /* d logits of softmax_cross_entropy (params.xent); inputs logits, labels, dy */
+  MTF_OP_GELU_GRAD,         /* dy * gelu'(x); inputs x, dy */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -103,6 +110,14 @@ mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uin
 /* The gradient of a gather: a tensor of table_shape with rows of `rows` added at `ids` along dim. */
 mtf_tensor mtf_scatter_add(mtf_graph *g, mtf_tensor rows, mtf_tensor ids, const mtf_shape *table_shape,
                            const char *dim);
+
+/* The fused gradient ops (ops/fused_grad.c); dy has the shape of the forward op's output. */
+mtf_tensor mtf_softmax_grad(mtf_graph *g, mtf_tensor y, mtf_tensor dy, const char *dim);
+mtf_tensor mtf_log_softmax_grad(mtf_graph *g, mtf_tensor y, mtf_tensor dy, const char *dim);
+mtf_tensor mtf_norm_grad(mtf_graph *g, mtf_op_kind forward, mtf_tensor x, mtf_tensor dy, const char *dim, float epsilon);
+mtf_tensor mtf_softmax_xent_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy, const char *dim,
+                                 float z_loss);
+mtf_tensor mtf_gelu_grad(mtf_graph *g, mtf_tensor x, mtf_tensor dy);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

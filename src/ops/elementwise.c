@@ -49,7 +49,7 @@ static void unary_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
       d = mtf_multiply(g, dy, mtf_multiply(g, y, mtf_unary(g, y, MTF_UN_AFFINE, -1.0f, 1.0f)));
       break;
     case MTF_UN_RELU: d = mtf_multiply(g, dy, mtf_unary(g, x, MTF_UN_STEP, 0, 0)); break;
-    case MTF_UN_GELU: d = mtf_multiply(g, dy, mtf_unary(g, x, MTF_UN_GELU_GRAD, 0, 0)); break;
+    case MTF_UN_GELU: d = mtf_gelu_grad(g, x, dy); break; /* one fused op (ops/fused_grad.c) */
     case MTF_UN_STEP:
     case MTF_UN_GELU_GRAD: break; /* piecewise constant / only used inside gradients */
   }
@@ -63,7 +63,6 @@ static int unary_lower(mtf_lowering *lw, int node) {
   return mtf_lower_local(lw, node, scaling);
 }
 
-double mtf_unary_reference(mtf_unary_kind fn, double a, double b, double x);
 double mtf_unary_reference(mtf_unary_kind fn, double a, double b, double x) {
   const double c = sqrt(2.0 / 3.14159265358979323846);
   switch (fn) {

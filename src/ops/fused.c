@@ -1,7 +1,7 @@
 /* Fused ops over one named dimension: softmax, log-softmax, layer norm, RMS norm and softmax
  * cross-entropy against integer labels (with z-loss). When that dimension is unsplit each is one kernel;
  * when it is split over a mesh axis, lowering runs them in phases: local statistics, an allreduce of
- * those statistics (max, then sums), then the result. Gradients are built from other ops. */
+ * those statistics (max, then sums), then the result. Their gradients are the fused ops of fused_grad.c. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,69 +80,39 @@ static int xent_infer(mtf_graph *g, mtf_node *n) {
   return MTF_OK;
 }
 
-/* ---- gradients ---- */
+/* ---- gradients: one fused op each (fused_grad.c) ---- */
 static void softmax_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
-  mtf_graph *g = ctx->g;
-  const mtf_node n = g->nodes[self];
+  const mtf_node n = ctx->g->nodes[self];
   const char *dim = n.params.along.dim;
-  mtf_tensor dot = mtf_reduce_sum_dim(g, mtf_multiply(g, dy, self), dim);
-  mtf_grad_accumulate(ctx, n.inputs[0], mtf_multiply(g, self, mtf_subtract(g, dy, dot)));
+  mtf_tensor y = self;
+  mtf_tensor dx = n.kind == MTF_OP_SOFTMAX ? mtf_softmax_grad(ctx->g, y, dy, dim) : mtf_log_softmax_grad(ctx->g, y, dy, dim);
+  mtf_grad_accumulate(ctx, n.inputs[0], dx);
 }
 
-static void log_softmax_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
-  mtf_graph *g = ctx->g;
-  const mtf_node n = g->nodes[self];
-  mtf_tensor total = mtf_reduce_sum_dim(g, dy, n.params.along.dim);
-  mtf_grad_accumulate(ctx, n.inputs[0], mtf_subtract(g, dy, mtf_multiply(g, mtf_exp(g, self), total)));
-}
-
-/* d/dx of y = c * r with r = rsqrt(mean(c^2) + eps): r * (dy - y * mean(dy * y)) [- mean of that for layer
- * norm, where c = x - mean(x)]. */
 static void norm_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
-  mtf_graph *g = ctx->g;
-  const mtf_node n = g->nodes[self];
-  const char *dim = n.params.norm.dim;
-  mtf_tensor x = n.inputs[0];
-  mtf_shape rows;
-  if (mtf_shape_remove(&g->nodes[x].shape, dim, &rows, NULL)) return;
-  int layer = n.kind == MTF_OP_LAYER_NORM;
-  mtf_tensor centred = layer ? mtf_subtract(g, x, mtf_reduce_mean(g, x, &rows)) : x;
-  mtf_tensor r = mtf_rsqrt(g, mtf_scalar_add(g, mtf_reduce_mean(g, mtf_square(g, centred), &rows), n.params.norm.epsilon));
-  mtf_tensor inner = mtf_subtract(g, dy, mtf_multiply(g, self, mtf_reduce_mean(g, mtf_multiply(g, dy, self), &rows)));
-  if (layer) inner = mtf_subtract(g, inner, mtf_reduce_mean(g, dy, &rows));
-  mtf_grad_accumulate(ctx, x, mtf_multiply(g, inner, r));
+  const mtf_node n = ctx->g->nodes[self];
+  mtf_tensor dx = mtf_norm_grad(ctx->g, n.kind, n.inputs[0], dy, n.params.norm.dim, n.params.norm.epsilon);
+  mtf_grad_accumulate(ctx, n.inputs[0], dx);
 }
 
 static void xent_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
-  mtf_graph *g = ctx->g;
-  const mtf_node n = g->nodes[self];
+  const mtf_node n = ctx->g->nodes[self];
   if (!mtf_grad_wanted(ctx, &n, 0)) return;
-  mtf_tensor logits = n.inputs[0];
-  const char *dim = n.params.xent.dim;
-  int d = mtf_shape_index_of(&g->nodes[logits].shape, dim);
-  mtf_dim vocab = g->nodes[logits].shape.dims[d];
-  mtf_tensor p = mtf_softmax(g, logits, dim);
-  mtf_tensor scale = dy;
-  /* d (z * lse^2) = 2 z lse * softmax */
-  if (n.params.xent.z_loss != 0.0f)
-    scale = mtf_multiply(g, dy, mtf_scalar_add(g, mtf_scalar_multiply(g, mtf_logsumexp(g, logits, dim),
-                                                                      2.0f * n.params.xent.z_loss), 1.0f));
-  mtf_tensor grad = mtf_subtract(g, mtf_multiply(g, p, scale), mtf_multiply(g, mtf_one_hot(g, n.inputs[1], &vocab), dy));
-  mtf_grad_accumulate(ctx, logits, grad);
+  mtf_grad_accumulate(ctx, n.inputs[0], mtf_softmax_xent_grad(ctx->g, n.inputs[0], n.inputs[1], dy, n.params.xent.dim,
+                                                              n.params.xent.z_loss));
 }
 
 /* ---- lowering ---- */
-static mtf_shape without(const mtf_shape *s, const char *dim) {
+mtf_shape mtf_op_shape_without(const mtf_shape *s, const char *dim) {
   mtf_shape out;
   if (mtf_shape_remove(s, dim, &out, NULL)) out = *s;
   return out;
 }
 
-/* A [2, rows] statistics buffer: two per-row sums in one allreduce. */
-static mtf_shape pair_of(const mtf_shape *rows) {
+mtf_shape mtf_op_stats_shape(int k, const mtf_shape *rows) {
   mtf_shape s;
   memset(&s, 0, sizeof s);
-  mtf_shape_append(&s, "_stats", 2, NULL);
+  mtf_shape_append(&s, "_stats", k, NULL);
   for (int i = 0; i < rows->rank; i++) mtf_shape_append(&s, rows->dims[i].name, rows->dims[i].size, NULL);
   return s;
 }
@@ -161,7 +131,8 @@ static int phased_lower(mtf_lowering *lw, int node) {
   mtf_shape xs, ls;
   MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
   if (xent) MTF_CHECK(mtf_lower_input(lw, node, 1, &labels, &ls));
-  mtf_shape rows = without(&xs, dim), pair = pair_of(&rows), out_shape = mtf_lowering_local_shape(lw, node);
+  mtf_shape rows = mtf_op_shape_without(&xs, dim), pair = mtf_op_stats_shape(2, &rows);
+  mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
   mtf_dtype types[3] = {MTF_F32, MTF_F32, xent ? mtf_lowering_graph(lw)->nodes[n->inputs[1]].dtype : MTF_F32};
   if (!rms) {
     MTF_CHECK(mtf_lower_phase(lw, node, layer ? MTF_PHASE_SUM : MTF_PHASE_MAX, 1, &x, &xs, types, &rows, &first));
@@ -193,15 +164,9 @@ static int phased_lower(mtf_lowering *lw, int node) {
 static int64_t fused_flops(const mtf_step *s) { return 5 * mtf_shape_num_elements(&s->in_shape[0]); }
 
 /* ---- references (double precision, whole tensors) ---- */
-typedef struct rows_walk {
-  mtf_shape rows;
-  int64_t size, stride; /* of the dim in the full tensor */
-  int64_t index[MTF_MAX_RANK];
-} rows_walk;
-
-static void rows_init(rows_walk *w, const mtf_shape *full, const char *dim) {
+void mtf_ref_rows_init(mtf_ref_rows *w, const mtf_shape *full, const char *dim) {
   memset(w, 0, sizeof *w);
-  w->rows = without(full, dim);
+  w->rows = mtf_op_shape_without(full, dim);
   int d = mtf_shape_index_of(full, dim);
   w->size = full->dims[d].size;
   w->stride = 1;
@@ -209,14 +174,14 @@ static void rows_init(rows_walk *w, const mtf_shape *full, const char *dim) {
 }
 
 /* Offset in `full` of the row's element 0 along the dim (the dim's index 0). */
-static int64_t row_base(const rows_walk *w, const mtf_shape *full) { return mtf_ref_offset(&w->rows, w->index, full); }
+int64_t mtf_ref_row_base(const mtf_ref_rows *w, const mtf_shape *full) { return mtf_ref_offset(&w->rows, w->index, full); }
 
 static void softmax_reference(const mtf_ref_args *a) {
   const mtf_shape *s = a->in_shape[0];
-  rows_walk w;
-  rows_init(&w, s, a->n->params.along.dim);
+  mtf_ref_rows w;
+  mtf_ref_rows_init(&w, s, a->n->params.along.dim);
   do {
-    int64_t base = row_base(&w, s);
+    int64_t base = mtf_ref_row_base(&w, s);
     double max = -INFINITY, sum = 0;
     for (int64_t j = 0; j < w.size; j++) max = fmax(max, a->in[0][base + j * w.stride]);
     for (int64_t j = 0; j < w.size; j++) sum += exp(a->in[0][base + j * w.stride] - max);
@@ -229,11 +194,11 @@ static void softmax_reference(const mtf_ref_args *a) {
 
 static void norm_reference(const mtf_ref_args *a) {
   const mtf_shape *s = a->in_shape[0];
-  rows_walk w;
-  rows_init(&w, s, a->n->params.norm.dim);
+  mtf_ref_rows w;
+  mtf_ref_rows_init(&w, s, a->n->params.norm.dim);
   int layer = a->n->kind == MTF_OP_LAYER_NORM;
   do {
-    int64_t base = row_base(&w, s);
+    int64_t base = mtf_ref_row_base(&w, s);
     double mean = 0, var = 0;
     if (layer) {
       for (int64_t j = 0; j < w.size; j++) mean += a->in[0][base + j * w.stride];
@@ -250,10 +215,10 @@ static void norm_reference(const mtf_ref_args *a) {
 
 static void xent_reference(const mtf_ref_args *a) {
   const mtf_shape *s = a->in_shape[0];
-  rows_walk w;
-  rows_init(&w, s, a->n->params.xent.dim);
+  mtf_ref_rows w;
+  mtf_ref_rows_init(&w, s, a->n->params.xent.dim);
   do {
-    int64_t base = row_base(&w, s), row = mtf_ref_offset(&w.rows, w.index, &w.rows);
+    int64_t base = mtf_ref_row_base(&w, s), row = mtf_ref_offset(&w.rows, w.index, &w.rows);
     double max = -INFINITY, sum = 0, target = 0;
     long long label = llround(a->in[1][row]);
     for (int64_t j = 0; j < w.size; j++) max = fmax(max, a->in[0][base + j * w.stride]);
@@ -266,7 +231,7 @@ static void xent_reference(const mtf_ref_args *a) {
 
 const mtf_op_def mtf_op_softmax = {"softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
                                    fused_flops, NULL, softmax_reference};
-const mtf_op_def mtf_op_log_softmax = {"log_softmax", MTF_DIM_IN_INPUT, along_infer, log_softmax_gradient, phased_lower,
+const mtf_op_def mtf_op_log_softmax = {"log_softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
                                        fused_flops, NULL, softmax_reference};
 const mtf_op_def mtf_op_layer_norm = {"layer_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
                                       fused_flops, NULL, norm_reference};

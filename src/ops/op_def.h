@@ -59,6 +59,9 @@ extern const mtf_op_def mtf_op_input, mtf_op_variable, mtf_op_constant, mtf_op_r
     mtf_op_broadcast, mtf_op_reduce_max, mtf_op_binary, mtf_op_unary, mtf_op_one_hot, mtf_op_random_keep,
     mtf_op_reshape, mtf_op_stop_gradient, mtf_op_softmax, mtf_op_log_softmax, mtf_op_layer_norm, mtf_op_rms_norm,
     mtf_op_softmax_xent, mtf_op_masked_fill, mtf_op_gather, mtf_op_scatter_add;
+/* The fused gradients (fused_grad.c). */
+extern const mtf_op_def mtf_op_softmax_grad, mtf_op_log_softmax_grad, mtf_op_layer_norm_grad, mtf_op_rms_norm_grad,
+    mtf_op_softmax_xent_grad, mtf_op_gelu_grad;
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */
@@ -70,6 +73,23 @@ int mtf_op_needs_dim(mtf_graph *g, const mtf_node *n, int k, const char *dim, co
 int64_t mtf_op_flops_elements(const mtf_step *s);
 /* Fails (naming the op and the tensor) unless inputs [first, last] of n are float tensors. */
 int mtf_op_float_inputs(mtf_graph *g, const mtf_node *n, int first, int last);
+
+/* Ops along one named dim (fused.c, fused_grad.c): s without dim (s itself if it lacks it), and a
+ * [_stats: k, rows...] buffer of k per-row statistics reduced together in one allreduce. */
+mtf_shape mtf_op_shape_without(const mtf_shape *s, const char *dim);
+mtf_shape mtf_op_stats_shape(int k, const mtf_shape *rows);
+/* Their references walk rows (every index of the other dims); element j of a row is at
+ * mtf_ref_row_base(w, full) + j * w->stride. */
+typedef struct mtf_ref_rows {
+  mtf_shape rows;
+  int64_t size, stride; /* of the dim in the full tensor */
+  int64_t index[MTF_MAX_RANK];
+} mtf_ref_rows;
+void mtf_ref_rows_init(mtf_ref_rows *w, const mtf_shape *full, const char *dim);
+int64_t mtf_ref_row_base(const mtf_ref_rows *w, const mtf_shape *full);
+
+/* The double-precision value of a unary function (elementwise.c). */
+double mtf_unary_reference(mtf_unary_kind fn, double a, double b, double x);
 
 /* Reference helpers: multi-index walks with dims matched by name. */
 int64_t mtf_ref_offset(const mtf_shape *walked, const int64_t *index, const mtf_shape *t);

@@ -27,6 +27,12 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_MASKED_FILL] = &mtf_op_masked_fill,
     [MTF_OP_GATHER] = &mtf_op_gather,
     [MTF_OP_SCATTER_ADD] = &mtf_op_scatter_add,
+    [MTF_OP_SOFTMAX_GRAD] = &mtf_op_softmax_grad,
+    [MTF_OP_LOG_SOFTMAX_GRAD] = &mtf_op_log_softmax_grad,
+    [MTF_OP_LAYER_NORM_GRAD] = &mtf_op_layer_norm_grad,
+    [MTF_OP_RMS_NORM_GRAD] = &mtf_op_rms_norm_grad,
+    [MTF_OP_SOFTMAX_XENT_GRAD] = &mtf_op_softmax_xent_grad,
+    [MTF_OP_GELU_GRAD] = &mtf_op_gelu_grad,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }

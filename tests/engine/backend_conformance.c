@@ -116,6 +116,27 @@ static mtf_tensor c_gather_float_ids(ARGS) {
   return mtf_gather(g, v[0], ids, "v");
 }
 
+/* The fused gradient ops on their own: their values, and their gradients (second derivatives of the
+ * forward ops), replicated and split; the cases above reach them through the forward ops' gradients. */
+static mtf_tensor c_softmax_grad(ARGS) { UNUSED_INPUTS; return mtf_softmax_grad(g, mtf_softmax(g, v[0], "d"), v[1], "d"); }
+static mtf_tensor c_log_softmax_grad(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_log_softmax_grad(g, mtf_log_softmax(g, v[0], "d"), v[1], "d");
+}
+static mtf_tensor c_layer_norm_grad(ARGS) { UNUSED_INPUTS; return mtf_norm_grad(g, MTF_OP_LAYER_NORM, v[0], v[1], "d", 1e-5f); }
+static mtf_tensor c_layer_norm_grad_offset(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_norm_grad(g, MTF_OP_LAYER_NORM, mtf_scalar_add(g, v[0], 100.0f), v[1], "d", 1e-5f);
+}
+static mtf_tensor c_rms_norm_grad(ARGS) { UNUSED_INPUTS; return mtf_norm_grad(g, MTF_OP_RMS_NORM, v[0], v[1], "d", 1e-5f); }
+static mtf_tensor c_xent_grad(ARGS) {
+  return mtf_softmax_xent_grad(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), v[1], "v", 1e-2f);
+}
+static mtf_tensor c_xent_grad_vocab_first(ARGS) {
+  return mtf_softmax_xent_grad(g, v[0], labels_input(g, in, n_in, "a:4"), v[1], "v", 0.0f);
+}
+static mtf_tensor c_gelu_grad(ARGS) { UNUSED_INPUTS; return mtf_gelu_grad(g, v[0], v[1]); }
+
 static const op_case cases[] = {
     {"einsum matmul", {"a:3,d:4", "d:4,b:5"}, c_matmul},
     {"einsum transposed operands", {"d:4,a:3", "b:5,d:4"}, c_matmul_transposed},
@@ -146,6 +167,14 @@ static const op_case cases[] = {
     {"gather / scatter_add", {"v:6,d:4"}, c_gather},
     {"gather, vocab last", {"d:4,v:6"}, c_gather_vocab_last},
     {"gather with float ids", {"v:6,d:4"}, c_gather_float_ids},
+    {"softmax_grad, dim last", {"a:3,d:4", "a:3,d:4"}, c_softmax_grad},
+    {"log_softmax_grad, dim middle", {"a:4,d:4,b:3", "a:4,d:4,b:3"}, c_log_softmax_grad},
+    {"layer_norm_grad, dim first", {"d:4,a:2", "d:4,a:2"}, c_layer_norm_grad},
+    {"layer_norm_grad, mean 100 x std", {"a:3,d:8", "a:3,d:8"}, c_layer_norm_grad_offset},
+    {"rms_norm_grad", {"a:3,d:4", "a:3,d:4"}, c_rms_norm_grad},
+    {"softmax_cross_entropy_grad + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_grad},
+    {"softmax_cross_entropy_grad, vocab first", {"v:8,a:4", "a:4"}, c_xent_grad_vocab_first},
+    {"gelu_grad", {"a:3,d:4", "a:3,d:4"}, c_gelu_grad},
 };
 
 static int world_rank;

@@ -1,0 +1,251 @@
+/* CPU kernels of the fused gradient ops (ops/fused_grad.c) in each phase. A "row" is every index of the
+ * other dims; the op's dim has local size `len` and stride `inner` within the row. Each row function
+ * takes the stride as an argument and is called with a literal 1 when the dim is innermost, so the
+ * compiler makes a contiguous copy of it. Sums accumulate in double, elementwise work is in float.
+ * The split phases' statistics buffers are [k, rows]: statistic i of row r is at i * rows + r. */
+#include <math.h>
+
+#include "exec/cpu/cpu.h"
+
+typedef struct rows {
+  int64_t outer, len, inner, count; /* count = outer * inner rows */
+} rows;
+
+static rows rows_of(const mtf_shape *s, const char *dim) {
+  rows r = {1, 1, 1, 1};
+  int d = mtf_shape_index_of(s, dim);
+  for (int i = 0; i < s->rank; i++) {
+    if (i < d) r.outer *= s->dims[i].size;
+    if (i > d) r.inner *= s->dims[i].size;
+  }
+  r.len = d >= 0 ? s->dims[d].size : 1;
+  r.count = r.outer * r.inner;
+  return r;
+}
+
+static inline int64_t row_base(const rows *r, int64_t row) { return (row / r->inner) * r->len * r->inner + row % r->inner; }
+
+/* The rank holding index 0 of the dim writes the values carried through a sum-allreduce; others write 0. */
+static inline float carried(const mtf_step *st, float value) { return st->dim_offset == 0 ? value : 0.0f; }
+
+/* ---- softmax / log-softmax: y * (dy - sum(dy * y)), dy - exp(y) * sum(dy) ---- */
+static inline double softmax_row_sum(const float *y, const float *dy, int64_t len, int64_t stride, int log_form) {
+  double s = 0;
+  if (log_form)
+    for (int64_t j = 0; j < len; j++) s += dy[j * stride];
+  else
+    for (int64_t j = 0; j < len; j++) s += (double)dy[j * stride] * y[j * stride];
+  return s;
+}
+
+static inline void softmax_row_apply(const float *y, const float *dy, float sum, int64_t len, int64_t stride,
+                                     int log_form, float *out) {
+  if (log_form)
+    for (int64_t j = 0; j < len; j++) out[j * stride] = dy[j * stride] - expf(y[j * stride]) * sum;
+  else
+    for (int64_t j = 0; j < len; j++) out[j * stride] = y[j * stride] * (dy[j * stride] - sum);
+}
+
+static inline void softmax_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t stride) {
+  const float *y = a->in[0], *dy = a->in[1];
+  float *out = a->out;
+  int log_form = st->op == MTF_OP_LOG_SOFTMAX_GRAD;
+  for (int64_t row = 0; row < r->count; row++) {
+    int64_t b = row_base(r, row);
+    if (st->phase == MTF_PHASE_STATS) {
+      out[row] = (float)softmax_row_sum(y + b, dy + b, r->len, stride, log_form);
+      continue;
+    }
+    float sum = st->phase == MTF_PHASE_APPLY ? ((const float *)a->in[2])[row]
+                                             : (float)softmax_row_sum(y + b, dy + b, r->len, stride, log_form);
+    softmax_row_apply(y + b, dy + b, sum, r->len, stride, log_form, out + b);
+  }
+}
+
+static int k_softmax_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  if (st->phase != MTF_PHASE_WHOLE && st->phase != MTF_PHASE_STATS && st->phase != MTF_PHASE_APPLY) return MTF_ERR_INVALID;
+  rows r = rows_of(&st->in_shape[0], st->params.along.dim);
+  if (r.inner == 1)
+    softmax_rows(st, a, &r, 1);
+  else
+    softmax_rows(st, a, &r, r.inner);
+  return MTF_OK;
+}
+
+/* ---- layer / RMS norm: dx = r (dy - c r^2 sum(dy c) / n - sum(dy) / n), c = x - mean (mean 0 for RMS),
+ * r = rsqrt(sum(c^2) / n + eps); n is the dim's global size ---- */
+typedef struct norm_sums {
+  double x, squares, dy, dy_c; /* sum x (carried), sum c^2, sum dy, sum dy c */
+} norm_sums;
+
+static inline double norm_row_sum(const float *x, int64_t len, int64_t stride) {
+  double s = 0;
+  for (int64_t j = 0; j < len; j++) s += x[j * stride];
+  return s;
+}
+
+static inline norm_sums norm_row_sums(const float *x, const float *dy, double mean, int64_t len, int64_t stride) {
+  norm_sums s = {0, 0, 0, 0};
+  for (int64_t j = 0; j < len; j++) {
+    double c = (double)x[j * stride] - mean, d = dy[j * stride];
+    s.squares += c * c;
+    s.dy += d;
+    s.dy_c += d * c;
+  }
+  return s;
+}
+
+static inline void norm_row_apply(const float *x, const float *dy, double mean, const norm_sums *s, double n, float eps,
+                                  int layer, int64_t len, int64_t stride, float *out) {
+  double r = 1.0 / sqrt(s->squares / n + eps);
+  float scale = (float)r, slope = (float)(r * r * r * s->dy_c / n), shift = layer ? (float)(r * s->dy / n) : 0.0f;
+  float m = (float)mean;
+  for (int64_t j = 0; j < len; j++) out[j * stride] = scale * dy[j * stride] - slope * (x[j * stride] - m) - shift;
+}
+
+static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, double n, int64_t stride) {
+  const float *x = a->in[0], *dy = a->in[1];
+  float *out = a->out;
+  int layer = st->op == MTF_OP_LAYER_NORM_GRAD;
+  float eps = st->params.norm.epsilon;
+  for (int64_t row = 0; row < r->count; row++) {
+    int64_t b = row_base(r, row);
+    switch (st->phase) {
+      case MTF_PHASE_WHOLE: {
+        double mean = layer ? norm_row_sum(x + b, r->len, stride) / n : 0.0;
+        norm_sums s = norm_row_sums(x + b, dy + b, mean, r->len, stride);
+        norm_row_apply(x + b, dy + b, mean, &s, n, eps, layer, r->len, stride, out + b);
+        break;
+      }
+      case MTF_PHASE_SUM: out[row] = (float)norm_row_sum(x + b, r->len, stride); break;
+      case MTF_PHASE_STATS: { /* in[2]: the allreduced sum of x (layer norm) */
+        float total = layer ? ((const float *)a->in[2])[row] : 0.0f;
+        norm_sums s = norm_row_sums(x + b, dy + b, total / n, r->len, stride);
+        out[row] = carried(st, total);
+        out[r->count + row] = (float)s.squares;
+        out[2 * r->count + row] = (float)s.dy;
+        out[3 * r->count + row] = (float)s.dy_c;
+        break;
+      }
+      case MTF_PHASE_APPLY: {
+        const float *stats = a->in[2];
+        norm_sums s = {stats[row], stats[r->count + row], stats[2 * r->count + row], stats[3 * r->count + row]};
+        norm_row_apply(x + b, dy + b, s.x / n, &s, n, eps, layer, r->len, stride, out + b);
+        break;
+      }
+      case MTF_PHASE_MAX: break;
+    }
+  }
+}
+
+static int k_norm_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  if (st->phase == MTF_PHASE_MAX) return MTF_ERR_INVALID;
+  rows r = rows_of(&st->in_shape[0], st->params.norm.dim);
+  double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
+  if (r.inner == 1)
+    norm_rows(st, a, &r, n, 1);
+  else
+    norm_rows(st, a, &r, n, r.inner);
+  return MTF_OK;
+}
+
+/* ---- cross-entropy: dlogits = (softmax(x) (1 + 2 z lse) - one_hot(label)) dy; labels are global ids,
+ * this rank holds [dim_offset, dim_offset + len) ---- */
+static inline float xent_row_max(const float *x, int64_t len, int64_t stride) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < len; j++) m = x[j * stride] > m ? x[j * stride] : m;
+  return m;
+}
+
+/* Writes exp(x - max) to out and returns its sum. */
+static inline double xent_row_exp(const float *x, float max, int64_t len, int64_t stride, float *out) {
+  double s = 0;
+  for (int64_t j = 0; j < len; j++) {
+    float e = expf(x[j * stride] - max);
+    out[j * stride] = e;
+    s += e;
+  }
+  return s;
+}
+
+/* out holds exp(x - max): scales it to the gradient and subtracts dy at the label. */
+static inline void xent_row_apply(const mtf_step *st, float max, double sum, float dy, int64_t label, int64_t len,
+                                  int64_t stride, float *out) {
+  double lse = max + log(sum);
+  float scale = (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
+  for (int64_t j = 0; j < len; j++) out[j * stride] *= scale;
+  int64_t local = label - st->dim_offset;
+  if (local >= 0 && local < len) out[local * stride] -= dy;
+}
+
+static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t stride) {
+  const float *x = a->in[0];
+  float *out = a->out;
+  for (int64_t row = 0; row < r->count; row++) {
+    int64_t b = row_base(r, row);
+    switch (st->phase) {
+      case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
+        float m = xent_row_max(x + b, r->len, stride);
+        double sum = xent_row_exp(x + b, m, r->len, stride, out + b);
+        float dy = ((const float *)a->in[2])[row];
+        xent_row_apply(st, m, sum, dy, mtf_cpu_index(a->in[1], st->in_dtype[1], row), r->len, stride, out + b);
+        break;
+      }
+      case MTF_PHASE_MAX: out[row] = xent_row_max(x + b, r->len, stride); break;
+      case MTF_PHASE_STATS: { /* in: logits, the allreduced max, dy; exp(x - max) is recomputed in APPLY */
+        float m = ((const float *)a->in[1])[row];
+        double sum = 0;
+        for (int64_t j = 0; j < r->len; j++) sum += expf(x[b + j * stride] - m);
+        out[row] = (float)sum;
+        out[r->count + row] = carried(st, m);
+        out[2 * r->count + row] = carried(st, ((const float *)a->in[2])[row]);
+        break;
+      }
+      case MTF_PHASE_APPLY: { /* in: logits, labels, [sum exp, max, dy] */
+        const float *stats = a->in[2];
+        float m = stats[r->count + row];
+        xent_row_exp(x + b, m, r->len, stride, out + b);
+        xent_row_apply(st, m, stats[row], stats[2 * r->count + row], mtf_cpu_index(a->in[1], st->in_dtype[1], row),
+                       r->len, stride, out + b);
+        break;
+      }
+      case MTF_PHASE_SUM: break;
+    }
+  }
+}
+
+static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  if (st->phase == MTF_PHASE_SUM) return MTF_ERR_INVALID;
+  rows r = rows_of(&st->in_shape[0], st->params.xent.dim);
+  if (r.inner == 1)
+    xent_rows(st, a, &r, 1);
+  else
+    xent_rows(st, a, &r, r.inner);
+  return MTF_OK;
+}
+
+/* ---- gelu: dy * gelu'(x), the tanh form (as the unary GELU_GRAD) ---- */
+static int k_gelu_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  const float c = 0.7978845608028654f, k = 0.044715f;
+  const float *x = a->in[0], *dy = a->in[1];
+  float *out = a->out;
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  for (int64_t i = 0; i < n; i++) {
+    float v = x[i], t = tanhf(c * (v + k * v * v * v));
+    out[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * k * v * v));
+  }
+  return MTF_OK;
+}
+
+void mtf_cpu_register_fused_grad(mtf_kernel_fn *k) {
+  k[MTF_OP_SOFTMAX_GRAD] = k_softmax_grad;
+  k[MTF_OP_LOG_SOFTMAX_GRAD] = k_softmax_grad;
+  k[MTF_OP_LAYER_NORM_GRAD] = k_norm_grad;
+  k[MTF_OP_RMS_NORM_GRAD] = k_norm_grad;
+  k[MTF_OP_SOFTMAX_XENT_GRAD] = k_xent_grad;
+  k[MTF_OP_GELU_GRAD] = k_gelu_grad;
+}
