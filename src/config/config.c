@@ -66,6 +66,10 @@ static const key_spec schema[] = {
     {"train.prefetch", KEY_INT, F(train.prefetch), "2", 0, 64, NULL, "batches the loader reads ahead"},
     {"train.eval_every", KEY_INT, F(train.eval_every), "0", 0, BIG, NULL, "steps between evaluations (0 = at the end)"},
     {"train.eval_batches", KEY_INT, F(train.eval_batches), "4", 1, BIG, NULL, "batches per evaluation"},
+    {"train.microbatches", KEY_INT, F(train.microbatches), "1", 1, 1 << 24, NULL,
+     "forward+backward passes per step over train.batch / microbatches sequences each, gradients accumulated"},
+    {"train.recompute", KEY_CHOICE, F(train.recompute), "none", 0, 0, "none|block",
+     "block: the backward pass recomputes each transformer block's activations instead of keeping them"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
@@ -380,6 +384,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   int rc = mtf_layout_rules_parse(cfg->mesh_layout, &cfg->layout, err);
   if (rc) return mtf_error_prefix(err, "%s: mesh.layout", src);
   if (cfg->train.warmup_steps > 0 && !strcmp(cfg->train.schedule, "constant")) cfg->train.warmup_steps = 0;
+  if (cfg->train.batch % cfg->train.microbatches != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.microbatches (%lld) does not divide train.batch (%lld): every "
+                         "microbatch must hold the same number of sequences; pick a divisor of %lld", src,
+                         (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);

@@ -33,6 +33,8 @@ typedef struct mtf_train_config {
   int64_t warmup_steps;
   double clip_grad_norm, weight_decay, beta1, beta2, momentum;
   int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;
+  int64_t microbatches;            /* gradient accumulation: forward+backward passes per step (divides batch) */
+  char recompute[MTF_CONFIG_TEXT]; /* none | block: recompute each transformer block in the backward pass */
 } mtf_train_config;
 
 typedef struct mtf_config {

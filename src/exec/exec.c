@@ -26,6 +26,8 @@ struct mtf_session {
   int *poison_start, *poison_list; /* CSR: arena buffers whose last reader is step s */
   char *borrowed;                  /* per variable slot: storage owned by another session */
   uint64_t random_offset;
+  char microbatch_dim[MTF_NAME_MAX];
+  int microbatch, microbatches;
   double comm_seconds;
   int64_t allocated_bytes;
 };
@@ -297,7 +299,8 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   void *out = buffer_data(s, st->out);
   switch (st->kind) {
     case MTF_STEP_KERNEL: {
-      mtf_kernel_args args = {.out = out, .random_offset = s->random_offset};
+      mtf_kernel_args args = {.out = out, .random_offset = s->random_offset, .microbatch_dim = s->microbatch_dim,
+                              .microbatch = s->microbatch, .microbatches = s->microbatches};
       for (int k = 0; k < st->n_in; k++) args.in[k] = buffer_data(s, st->in[k]);
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
       mtf_kernel_fn kernel = be->kernels[st->op];
@@ -425,6 +428,17 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
 }
 
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
+
+int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int count, mtf_error *err) {
+  if (count < 1 || index < 0 || index >= count)
+    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: microbatch %d of %d does not exist", index, count);
+  if (count > 1 && (!dim || !mtf_name_is_valid(dim)))
+    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: '%s' is not a dimension name", dim ? dim : "(null)");
+  snprintf(s->microbatch_dim, sizeof s->microbatch_dim, "%s", count > 1 ? dim : "");
+  s->microbatch = index;
+  s->microbatches = count;
+  return MTF_OK;
+}
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->backend->name; }
