@@ -172,6 +172,8 @@ typedef struct mtf_plan_stats {
   int64_t flops;            /* per run, this rank */
   int64_t comm_bytes[MTF_COLL_KINDS]; /* sent by this rank per run, by collective kind */
   int64_t comm_calls[MTF_COLL_KINDS];
+  int64_t largest_allreduce_block; /* bytes of the largest allreduce over its group's size: the scratch an
+                                    * MPI ring allreduce holds while it runs */
   int steps;
 } mtf_plan_stats;
 

@@ -78,10 +78,12 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     printf("\n], \"microbatches\": %d, \"recompute\": \"%s\",\n", N, cfg->train.recompute);
     printf(" \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"gradient_accumulators\": %lld, "
            "\"activations_peak\": %lld, \"train_arena\": %lld, \"apply_arena\": %lld, \"eval_arena\": %lld, "
-           "\"inputs\": %lld, \"host_buffers\": %lld, \"checkpoint_staging\": %lld, \"run_total\": %lld},\n",
+           "\"inputs\": %lld, \"host_buffers\": %lld, \"runtime\": %lld, \"allreduce_scratch\": %lld, "
+           "\"checkpoint_staging\": %lld, \"run_total\": %lld},\n",
            (long long)mem.parameters, (long long)mem.optimizer_state, (long long)mem.accumulators,
            (long long)activations, (long long)mem.train_arena, (long long)mem.apply_arena, (long long)mem.eval_arena,
-           (long long)mem.inputs, (long long)mem.host, (long long)mem.staging, (long long)mem.total);
+           (long long)mem.inputs, (long long)mem.host, (long long)mem.runtime, (long long)mem.allreduce_scratch,
+           (long long)mem.staging, (long long)mem.total);
     printf(" \"flops_per_step\": %lld, \"collectives\": {", (long long)flops);
     for (int k = 0; k < MTF_COLL_KINDS; k++)
       printf("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld}", k ? ", " : "", mtf_collective_name((mtf_collective_kind)k),
@@ -99,11 +101,12 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   if (N > 1)
     printf("per rank activations: %.2f MiB forward+backward of a microbatch, %.2f MiB optimizer update\n",
            mem.train_arena / MiB, mem.apply_arena / MiB);
-  printf("per rank in mtf train: %.2f MiB = the total above + inputs %.2f + loader rows %.2f", mem.total / MiB,
-         mem.inputs / MiB, mem.host / MiB);
-  if (mem.staging) printf(" + checkpoint staging %.2f", mem.staging / MiB);
+  printf("per rank in mtf train (peak resident, estimated): %.2f MiB = the total above", mem.total / MiB);
   if (cfg->data_eval[0]) printf(" + evaluation %.2f", mem.eval_arena / MiB);
-  printf(" MiB\n");
+  printf(" + inputs and loader rows %.2f + runtime %.2f (code, MPI, BLAS buffers) + ", (mem.inputs + mem.host) / MiB,
+         mem.runtime / MiB);
+  if (mem.staging) printf("the larger of checkpoint staging %.2f and ", mem.staging / MiB);
+  printf("allreduce scratch %.2f MiB\n", mem.allreduce_scratch / MiB);
   printf("per rank per step: %.3f GFLOP", flops / 1e9);
   for (int k = 0; k < MTF_COLL_KINDS; k++)
     if (comm_calls[k])

@@ -123,6 +123,15 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
       continue;
     }
     s->variables[buf->offset] = data;
+    /* Constant initial values (zeros: optimizer slots, accumulators; ones: norm scales) are filled in place,
+     * so only random ones pass through a host copy, which would otherwise add the largest variable to the
+     * process's peak while the last variables are created. */
+    const mtf_node *var = &plan->graph->nodes[buf->node];
+    if (var->params.variable.init == MTF_INIT_ZEROS || var->params.variable.init == MTF_INIT_ONES) {
+      int rc = be->mem->fill_f32(be, data, mtf_variable_value(plan->graph, var, 0), buf->elements);
+      if (rc) return mtf_error_set(err, rc, "session: cannot set the initial value of '%s'", var->name);
+      continue;
+    }
     float *host = malloc(bytes + 1);
     if (!host) goto nomem;
     init_variable(plan, buf->node, host);

@@ -84,6 +84,8 @@ static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set
   int group = mtf_mesh_group_size(&p->mesh, axes);
   p->stats.comm_calls[kind]++;
   p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
+  int64_t block = group > 1 ? elements * (int64_t)sizeof(float) / group : 0;
+  if (kind == MTF_COLL_ALLREDUCE && block > p->stats.largest_allreduce_block) p->stats.largest_allreduce_block = block;
 }
 
 /* A step reading one buffer and writing another (or the same, for in-place collectives). */

@@ -119,6 +119,15 @@ static int64_t slice_bytes(const mtf_plan *plan, mtf_tensor t) {
 }
 
 static int64_t arena(const mtf_plan *plan) { return plan ? mtf_plan_get_stats(plan)->peak_bytes : 0; }
+static int64_t allreduce_block(const mtf_plan *plan) {
+  return plan ? mtf_plan_get_stats(plan)->largest_allreduce_block : 0;
+}
+
+/* What a rank holds besides tensors once it has trained a step: the mapped code and libraries (about 20 MiB),
+ * the heap of graph and plans, MPI's buffers and OpenBLAS's packing buffers. Measured on the project's
+ * machine as 60-85 MiB per rank for models from the test model to GPT-2 small (docs/ARCHITECTURE.md,
+ * "Memory"); an estimate of the runtime, not a property of the plan. */
+#define RUNTIME_BYTES ((int64_t)80 << 20)
 
 void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_program_memory *m) {
   memset(m, 0, sizeof *m);
@@ -149,7 +158,13 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
                        cfg->model.length * p->microbatches;
   int64_t row_bytes = (cfg->model.length + 1) * (int64_t)sizeof(int32_t);
   m->host = batch_rows * row_bytes * (3 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
+  m->runtime = RUNTIME_BYTES;
+  m->allreduce_scratch = allreduce_block(p->train_plan);
+  if (allreduce_block(p->apply_plan) > m->allreduce_scratch) m->allreduce_scratch = allreduce_block(p->apply_plan);
+  if (cfg->data_eval[0] && allreduce_block(p->eval_plan) > m->allreduce_scratch)
+    m->allreduce_scratch = allreduce_block(p->eval_plan);
   if (cfg->train.checkpoint_every > 0) m->staging = largest;
   m->total = m->parameters + m->optimizer_state + m->accumulators + m->train_arena + m->apply_arena + m->inputs +
-             m->host + m->staging + (cfg->data_eval[0] ? m->eval_arena : 0);
+             m->host + m->runtime + (cfg->data_eval[0] ? m->eval_arena : 0) +
+             (m->staging > m->allreduce_scratch ? m->staging : m->allreduce_scratch);
 }

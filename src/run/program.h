@@ -40,15 +40,19 @@ void mtf_program_free(mtf_program *p);
  * checkpoint the training session through. */
 const mtf_plan *mtf_program_state_plan(const mtf_program *p);
 
-/* What one rank of a training run holds, in bytes (mtf plan prints it; docs/ARCHITECTURE.md, "Memory"). */
+/* What one rank of a training run holds at its peak, in bytes (mtf plan prints it; docs/ARCHITECTURE.md,
+ * "Memory"). Backend memory is allocated once and stays: the arenas are resident from their first run. */
 typedef struct mtf_program_memory {
   int64_t parameters, optimizer_state, accumulators; /* variables */
   int64_t train_arena, apply_arena, eval_arena;       /* the sessions' planned activation arenas */
   int64_t inputs;          /* the sessions' input buffers (token ids, targets, scalars) */
   int64_t host;            /* the loop's and the loader's row buffers */
-  int64_t staging;         /* checkpoint staging buffer (the largest variable slice), when checkpoints are on */
-  int64_t total;           /* all of the above; the eval arena only when data.eval is set (it is touched only
-                            * by an evaluation) */
+  int64_t runtime;         /* not tensors: code, libraries, MPI's and OpenBLAS's own buffers (an estimate) */
+  /* Held for a moment, never together: MPI's scratch for the largest allreduce (one block of a ring), and the
+   * checkpoint staging buffer (the largest variable slice, when train.checkpoint_every > 0). */
+  int64_t allreduce_scratch, staging;
+  int64_t total;           /* all of it at the peak: the eval arena only when data.eval is set (only an
+                            * evaluation touches it), the larger of the two transients */
 } mtf_program_memory;
 void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_program_memory *m);
 

@@ -76,6 +76,10 @@ static float *run(const stack *s, mtf_plan *plan, mtf_comm *comm, int64_t *n_out
   mtf_session *session;
   mtf_error err;
   int rc = mtf_session_create(plan, comm, &(mtf_session_options){.poison_freed = 1}, &session, &err);
+  /* (mtf_session_set_microbatch refuses what does not exist; count 1 is the default numbering.) */
+  CHECK(rc != MTF_OK || mtf_session_set_microbatch(session, "batch", 2, 2, &err) == MTF_ERR_INVALID);
+  CHECK(rc != MTF_OK || mtf_session_set_microbatch(session, "not a dim", 0, 2, &err) == MTF_ERR_INVALID);
+  CHECK(rc != MTF_OK || mtf_session_set_microbatch(session, NULL, 0, 1, &err) == MTF_OK);
   for (int r = 1; r <= 2 && rc == MTF_OK; r++) {
     mtf_session_set_random_offset(session, (uint64_t)r);
     rc = mtf_session_run(session, &err);
