@@ -27,5 +27,5 @@ grep -q '"microbatches": 8, "recompute": "block"' <<< "$both" || fail "the JSON 
 text=$("$mtf" plan "$config" --mesh b:2 --layout batch:b --set train.microbatches=8 --set train.recompute=block)
 grep -qE "^step: batch 16 in 8 microbatches of 2 \(gradients accumulated\), recompute block$" <<< "$text" || fail "no step line"
 grep -qE "^per rank: .*gradient accumulators [0-9.]+ MiB, .*total [0-9.]+ MiB$" <<< "$text" || fail "no per-rank line"
-grep -qE "^per rank in mtf train: [0-9.]+ MiB" <<< "$text" || fail "no run total line"
+grep -qE "^per rank in mtf train \(peak resident, estimated\): [0-9.]+ MiB = .* runtime [0-9.]+ .*allreduce scratch [0-9.]+ MiB$" <<< "$text" || fail "no run total line"
 echo "ok"
