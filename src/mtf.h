@@ -71,6 +71,11 @@ mtf_tensor mtf_input_int(mtf_graph *g, const char *name, const mtf_shape *shape)
 /* A trainable variable. Its value depends only on (graph seed, name, global element index): the same
  * on every mesh and layout. `scale` is the stddev (normal), half-width (uniform) or value (ones). */
 mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale);
+/* A zero-initialised variable that is not model state: it persists between runs (and is shared between
+ * sessions) like any variable, but checkpoints leave it out. For values that are zero again at every step
+ * boundary, such as gradient accumulators. */
+mtf_tensor mtf_transient_variable(mtf_graph *g, const char *name, const mtf_shape *shape);
+int mtf_variable_is_transient(const mtf_graph *g, mtf_tensor t);
 mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value);
 /* Values 0..n-1 along dimension `dim` (shape [dim]). */
 mtf_tensor mtf_range(mtf_graph *g, const mtf_dim *dim);
@@ -143,6 +148,16 @@ mtf_tensor mtf_replace_dimensions(mtf_graph *g, mtf_tensor x, const mtf_shape *o
 /* Adds the backward pass of scalar `loss` to the graph: grads[i] = d loss / d wrt[i] (zeros where wrt[i]
  * does not reach the loss). Gradients are ordinary ops, so they lower with the same layout rules. */
 int mtf_gradients(mtf_graph *g, mtf_tensor loss, int n, const mtf_tensor *wrt, mtf_tensor *grads);
+/* Recompute blocks (activation checkpointing): the nodes added between mtf_recompute_begin and
+ * mtf_recompute_end form one block (returns its id, > 0; blocks do not nest). mtf_gradients ignores
+ * blocks. mtf_gradients_recompute gives the same gradients, but differentiates each block from a copy of
+ * its forward ops (variables and inputs excepted) added just before the block's backward ops, so the
+ * plan computes the block's activations again from its inputs instead of keeping them from the forward
+ * pass: only the block's inputs and outputs stay alive between the two passes. Random ops are
+ * counter-based, so a recomputed dropout mask is the original one. */
+int mtf_recompute_begin(mtf_graph *g);
+void mtf_recompute_end(mtf_graph *g);
+int mtf_gradients_recompute(mtf_graph *g, mtf_tensor loss, int n, const mtf_tensor *wrt, mtf_tensor *grads);
 
 /* Marks `value` to be written into variable `var` at the end of each run (an optimizer update). */
 int mtf_assign(mtf_graph *g, mtf_tensor var, mtf_tensor value);
@@ -157,6 +172,8 @@ typedef struct mtf_plan_stats {
   int64_t flops;            /* per run, this rank */
   int64_t comm_bytes[MTF_COLL_KINDS]; /* sent by this rank per run, by collective kind */
   int64_t comm_calls[MTF_COLL_KINDS];
+  int64_t largest_allreduce_block; /* bytes of the largest allreduce over its group's size: the scratch an
+                                    * MPI ring allreduce holds while it runs */
   int steps;
   int allreduce_buckets;    /* non-blocking gradient allreduces (mtf_plan_options), counted once in comm_calls */
   int64_t bucketed_bytes;   /* the gradient bytes they reduce */
@@ -183,6 +200,13 @@ int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, c
 int mtf_plan_create_with_options(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
                                  int mesh_rank, int n_fetches, const mtf_tensor *fetches,
                                  const mtf_plan_options *options, mtf_plan **out, mtf_error *err);
+/* The same, with the graph's assigns [first_assign, first_assign + n_assigns) alone (in mtf_assign order),
+ * with options (NULL: the defaults): plans of one graph that update different variables (gradient accumulation and the optimizer step). */
+int mtf_plan_create_with_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                 int mesh_rank, int n_fetches, const mtf_tensor *fetches, int first_assign,
+                                 int n_assigns, const mtf_plan_options *options, mtf_plan **out, mtf_error *err);
+/* Assigns made so far (mtf_assign). */
+int mtf_graph_num_assigns(const mtf_graph *g);
 void mtf_plan_destroy(mtf_plan *plan);
 const mtf_plan_stats *mtf_plan_get_stats(const mtf_plan *plan);
 /* Bytes reduced by gradient bucket i (0 <= i < stats.allreduce_buckets) and its number of gradients in
@@ -255,6 +279,13 @@ int mtf_session_threads(const mtf_session *s);
 /* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on
  * every layout): set it to the step number before each run. */
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset);
+/* Gradient accumulation: the next runs compute microbatch `index` of `count` with a plan built for
+ * 1/count of the batch, and random ops number dimension `dim` as the rows of the whole batch. The
+ * microbatch's rows on this rank are taken to be the index-th of `count` equal runs of the rank's rows of
+ * the whole batch (what a loader of the whole batch gives it, cut in `count`), so every dropout mask is
+ * the one a plan of the whole batch draws for the same rows, on any layout. count 1 (the default) numbers
+ * rows as they are. */
+int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int count, mtf_error *err);
 /* Bytes this session allocated: its activation arena, variables (not those shared) and inputs. */
 int64_t mtf_session_allocated_bytes(const mtf_session *s);
 /* Seconds blocked in collectives since creation (for the communication share of step time): blocking

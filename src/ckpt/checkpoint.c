@@ -273,6 +273,7 @@ static int write_file(const mtf_ckpt_model *m, const mtf_config *cfg, const mtf_
   if (!failure) failure = mtf_ckpt_tokenizer_write(file, tok, m->comm->rank == 0, dxpl);
   int n_variables = mtf_graph_num_variables(m->graph);
   for (int i = 0; i < n_variables; i++) {
+    if (mtf_variable_is_transient(m->graph, mtf_graph_variable(m->graph, i))) continue; /* not model state */
     hid_t dset = -1;
     uint64_t sums[2] = {0, 0}; /* ranks that failed, this rank's part of the checksum */
     if (!failure)
@@ -332,7 +333,8 @@ static int check_space(const mtf_ckpt_model *m, const char *dir, mtf_error *err)
   if (statvfs(dir, &fs) != 0) return MTF_OK; /* unknown: the write itself will tell */
   uint64_t need = (uint64_t)32 << 10, have = (uint64_t)fs.f_bavail * fs.f_frsize;
   for (int i = 0; i < mtf_graph_num_variables(m->graph); i++)
-    need += 2048 + (uint64_t)mtf_shape_num_elements(mtf_tensor_shape(m->graph, mtf_graph_variable(m->graph, i))) *
+    if (!mtf_variable_is_transient(m->graph, mtf_graph_variable(m->graph, i)))
+      need += 2048 + (uint64_t)mtf_shape_num_elements(mtf_tensor_shape(m->graph, mtf_graph_variable(m->graph, i))) *
                        sizeof(float);
   if (have >= need) return MTF_OK;
   return mtf_error_set(err, MTF_ERR_IO, "cannot save a checkpoint in '%s': disk full: the file system has %llu bytes "
@@ -574,6 +576,7 @@ static int restore_locked(const mtf_ckpt_model *m, const char *path, int need_sl
   rc = mtf_comm_agree(m->comm, rc, err);
   for (int i = 0; i < mtf_graph_num_variables(m->graph) && rc == MTF_OK; i++) {
     mtf_tensor var = mtf_graph_variable(m->graph, i);
+    if (mtf_variable_is_transient(m->graph, var)) continue; /* not saved: zero between steps */
     uint64_t sums[2] = {0, 0}, stored = 0; /* checksum, non-finite values */
     int read = 0, has_checksum = 0;
     rc = read_variable(m, group, dxpl, var, need_slots || is_param(m, var), path, staging, bytes, sums, &read,

@@ -36,7 +36,8 @@ typedef struct mtf_ckpt_state {
   mtf_loader_cursor cursor; /* the training data's next batch */
 } mtf_ckpt_state;
 
-/* The variables to save or restore: every variable of `graph` (mtf_graph_variable), with this rank's
+/* The variables to save or restore: every variable of `graph` (mtf_graph_variable) but the transient ones
+ * (mtf_transient_variable: gradient accumulators, zero between steps), with this rank's
  * slices in `session` under `plan`'s layouts. Values pass through a host buffer (mtf_session_read_slice,
  * mtf_session_write_variable), so any backend's session can be saved and restored. `params` lists the model parameters; the other variables are
  * optimizer slots (a restore for evaluation needs only the parameters). */

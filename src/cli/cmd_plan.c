@@ -54,8 +54,18 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
 
 static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   const mtf_plan_stats *stats = mtf_plan_get_stats(p->train_plan);
-  int64_t param_bytes, slot_bytes;
-  mtf_program_variable_bytes(p, &param_bytes, &slot_bytes);
+  const mtf_plan_stats *apply = p->apply_plan ? mtf_plan_get_stats(p->apply_plan) : NULL;
+  mtf_program_memory mem;
+  mtf_program_memory_of(p, cfg, &mem);
+  int64_t activations = mem.train_arena + mem.apply_arena;
+  int64_t training = mem.parameters + mem.optimizer_state + mem.accumulators + activations;
+  /* Per step: the train plan runs once per microbatch, the apply plan once. */
+  int N = p->microbatches;
+  int64_t flops = stats->flops * N + (apply ? apply->flops : 0), comm_calls[MTF_COLL_KINDS], comm_bytes[MTF_COLL_KINDS];
+  for (int k = 0; k < MTF_COLL_KINDS; k++) {
+    comm_calls[k] = stats->comm_calls[k] * N + (apply ? apply->comm_calls[k] : 0);
+    comm_bytes[k] = stats->comm_bytes[k] * N + (apply ? apply->comm_bytes[k] : 0);
+  }
   const mtf_graph *g = mtf_plan_graph(p->train_plan);
   const mtf_shape *mesh = mtf_plan_mesh(p->train_plan);
   char mesh_text[MTF_SHAPE_STR_MAX], shape_text[MTF_SHAPE_STR_MAX], slice_text[MTF_SHAPE_STR_MAX];
@@ -70,8 +80,8 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   int first = 1;
   for (int i = 0; i < mtf_graph_num_variables(g); i++) {
     mtf_tensor var = mtf_graph_variable(g, i);
-    const mtf_tensor_layout *layout = mtf_plan_layout(p->train_plan, var);
-    if (!layout) continue;
+    const mtf_tensor_layout *layout = mtf_plan_layout(mtf_program_state_plan(p), var);
+    if (!layout || mtf_variable_is_transient(g, var)) continue; /* accumulators: counted below */
     const mtf_shape *shape = mtf_tensor_shape(g, var);
     const char *name = mtf_tensor_name(g, var);
     mtf_shape slice = mtf_layout_slice_shape(layout, mesh);
@@ -91,12 +101,19 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     first = 0;
   }
   if (json) {
-    printf("\n], \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"activations_peak\": %lld},\n",
-           (long long)param_bytes, (long long)slot_bytes, (long long)stats->peak_bytes);
-    printf(" \"flops_per_step\": %lld, \"collectives\": {", (long long)stats->flops);
+    printf("\n], \"microbatches\": %d, \"recompute\": \"%s\",\n", N, cfg->train.recompute);
+    printf(" \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"gradient_accumulators\": %lld, "
+           "\"activations_peak\": %lld, \"train_arena\": %lld, \"apply_arena\": %lld, \"eval_arena\": %lld, "
+           "\"inputs\": %lld, \"host_buffers\": %lld, \"runtime\": %lld, \"allreduce_scratch\": %lld, "
+           "\"checkpoint_staging\": %lld, \"run_total\": %lld},\n",
+           (long long)mem.parameters, (long long)mem.optimizer_state, (long long)mem.accumulators,
+           (long long)activations, (long long)mem.train_arena, (long long)mem.apply_arena, (long long)mem.eval_arena,
+           (long long)mem.inputs, (long long)mem.host, (long long)mem.runtime, (long long)mem.allreduce_scratch,
+           (long long)mem.staging, (long long)mem.total);
+    printf(" \"flops_per_step\": %lld, \"collectives\": {", (long long)flops);
     for (int k = 0; k < MTF_COLL_KINDS; k++)
       printf("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld}", k ? ", " : "", mtf_collective_name((mtf_collective_kind)k),
-             (long long)stats->comm_calls[k], (long long)stats->comm_bytes[k]);
+             (long long)comm_calls[k], (long long)comm_bytes[k]);
     printf("}, \"allreduce_buckets\": [");
     for (int i = 0; i < stats->allreduce_buckets; i++) {
       int members = 0;
@@ -106,14 +123,27 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     printf("]}\n");
     return;
   }
-  printf("\nper rank: parameters %.2f MiB, optimizer state %.2f MiB, activations (planned peak) %.2f MiB, total %.2f MiB\n",
-         param_bytes / 1048576.0, slot_bytes / 1048576.0, stats->peak_bytes / 1048576.0,
-         (param_bytes + slot_bytes + stats->peak_bytes) / 1048576.0);
-  printf("per rank per step: %.3f GFLOP", stats->flops / 1e9);
+  const double MiB = 1048576.0;
+  printf("\nstep: batch %lld", (long long)cfg->train.batch);
+  if (N > 1) printf(" in %d microbatches of %lld (gradients accumulated)", N, (long long)(cfg->train.batch / N));
+  printf(", recompute %s\n", cfg->train.recompute);
+  printf("per rank: parameters %.2f MiB, optimizer state %.2f MiB, ", mem.parameters / MiB, mem.optimizer_state / MiB);
+  if (N > 1) printf("gradient accumulators %.2f MiB, ", mem.accumulators / MiB);
+  printf("activations (planned peak) %.2f MiB, total %.2f MiB\n", activations / MiB, training / MiB);
+  if (N > 1)
+    printf("per rank activations: %.2f MiB forward+backward of a microbatch, %.2f MiB optimizer update\n",
+           mem.train_arena / MiB, mem.apply_arena / MiB);
+  printf("per rank in mtf train (peak resident, estimated): %.2f MiB = the total above", mem.total / MiB);
+  if (cfg->data_eval[0]) printf(" + evaluation %.2f", mem.eval_arena / MiB);
+  printf(" + inputs and loader rows %.2f + runtime %.2f (code, MPI, BLAS buffers) + ", (mem.inputs + mem.host) / MiB,
+         mem.runtime / MiB);
+  if (mem.staging) printf("the larger of checkpoint staging %.2f and ", mem.staging / MiB);
+  printf("allreduce scratch %.2f MiB\n", mem.allreduce_scratch / MiB);
+  printf("per rank per step: %.3f GFLOP", flops / 1e9);
   for (int k = 0; k < MTF_COLL_KINDS; k++)
-    if (stats->comm_calls[k])
-      printf(", %s %lld calls %.2f MiB sent", mtf_collective_name((mtf_collective_kind)k), (long long)stats->comm_calls[k],
-             stats->comm_bytes[k] / 1048576.0);
+    if (comm_calls[k])
+      printf(", %s %lld calls %.2f MiB sent", mtf_collective_name((mtf_collective_kind)k), (long long)comm_calls[k],
+             comm_bytes[k] / MiB);
   printf("\n");
   print_buckets(cfg, p->train_plan, stats);
 }

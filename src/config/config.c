@@ -68,6 +68,10 @@ static const key_spec schema[] = {
     {"train.eval_batches", KEY_INT, F(train.eval_batches), "4", 1, BIG, NULL, "batches per evaluation"},
     {"train.allreduce_bucket_mb", KEY_FLOAT, F(train.allreduce_bucket_mb), "4", 0, 1024, NULL,
      "MiB of weight gradients per non-blocking allreduce, overlapped with the backward pass (0 = blocking, one each)"},
+    {"train.microbatches", KEY_INT, F(train.microbatches), "1", 1, 1 << 24, NULL,
+     "forward+backward passes per step over train.batch / microbatches sequences each, gradients accumulated"},
+    {"train.recompute", KEY_CHOICE, F(train.recompute), "none", 0, 0, "none|block",
+     "block: the backward pass recomputes each transformer block's activations instead of keeping them"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
@@ -382,6 +386,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   int rc = mtf_layout_rules_parse(cfg->mesh_layout, &cfg->layout, err);
   if (rc) return mtf_error_prefix(err, "%s: mesh.layout", src);
   if (cfg->train.warmup_steps > 0 && !strcmp(cfg->train.schedule, "constant")) cfg->train.warmup_steps = 0;
+  if (cfg->train.batch % cfg->train.microbatches != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.microbatches (%lld) does not divide train.batch (%lld): every "
+                         "microbatch must hold the same number of sequences; pick a divisor of %lld", src,
+                         (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);

@@ -19,7 +19,25 @@ typedef struct mtf_kernel_args {
   const void *in[MTF_MAX_OP_INPUTS];
   void *scratch;           /* step->scratch's arena buffer, or NULL */
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
+  /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */
+  const char *microbatch_dim;
+  int microbatch, microbatches;
 } mtf_kernel_args;
+
+/* Where a random op's elements lie in the tensor whose global indices key its counters: the step's slice
+ * offsets and global dims, except that under microbatch m of M the microbatch dim (local size n, slice
+ * offset o = rank's share) becomes the whole batch's: offset o * M + m * n of a dim M times larger. Every
+ * backend's random kernels number elements through this, so masks agree across backends. */
+static inline void mtf_random_extent(const mtf_step *st, const mtf_kernel_args *a, int64_t *offsets, int64_t *dims) {
+  for (int d = 0; d < st->out_shape.rank; d++) {
+    offsets[d] = st->offsets[d];
+    dims[d] = st->global_dims[d];
+  }
+  int d = a->microbatches > 1 && a->microbatch_dim ? mtf_shape_index_of(&st->out_shape, a->microbatch_dim) : -1;
+  if (d < 0) return;
+  offsets[d] = offsets[d] * a->microbatches + (int64_t)a->microbatch * st->out_shape.dims[d].size;
+  dims[d] *= a->microbatches;
+}
 
 /* Runs step->op (in step->phase) on local slices. Returns MTF_OK or an error code. */
 typedef int (*mtf_kernel_fn)(mtf_backend *b, const mtf_step *step, const mtf_kernel_args *args);

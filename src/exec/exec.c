@@ -30,6 +30,8 @@ struct mtf_session {
   int *in_flight, n_in_flight; /* buckets started and not yet known to be done, in start order */
   double comm_seconds;  /* blocked in collectives: blocking ones, and waits of non-blocking ones */
   double progress_seconds; /* starting non-blocking collectives and testing them between kernels */
+  char microbatch_dim[MTF_NAME_MAX];
+  int microbatch, microbatches;
   int64_t allocated_bytes;
 };
 
@@ -128,6 +130,15 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
       continue;
     }
     s->variables[buf->offset] = data;
+    /* Constant initial values (zeros: optimizer slots, accumulators; ones: norm scales) are filled in place,
+     * so only random ones pass through a host copy, which would otherwise add the largest variable to the
+     * process's peak while the last variables are created. */
+    const mtf_node *var = &plan->graph->nodes[buf->node];
+    if (var->params.variable.init == MTF_INIT_ZEROS || var->params.variable.init == MTF_INIT_ONES) {
+      int rc = be->mem->fill_f32(be, data, mtf_variable_value(plan->graph, var, 0), buf->elements);
+      if (rc) return mtf_error_set(err, rc, "session: cannot set the initial value of '%s'", var->name);
+      continue;
+    }
     float *host = malloc(bytes + 1);
     if (!host) goto nomem;
     init_variable(plan, buf->node, host);
@@ -351,7 +362,8 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   void *out = buffer_data(s, st->out);
   switch (st->kind) {
     case MTF_STEP_KERNEL: {
-      mtf_kernel_args args = {.out = out, .random_offset = s->random_offset};
+      mtf_kernel_args args = {.out = out, .random_offset = s->random_offset, .microbatch_dim = s->microbatch_dim,
+                              .microbatch = s->microbatch, .microbatches = s->microbatches};
       for (int k = 0; k < st->n_in; k++) args.in[k] = buffer_data(s, st->in[k]);
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
       mtf_kernel_fn kernel = be->kernels[st->op];
@@ -492,6 +504,17 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
 }
 
 void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
+
+int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int count, mtf_error *err) {
+  if (count < 1 || index < 0 || index >= count)
+    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: microbatch %d of %d does not exist", index, count);
+  if (count > 1 && (!dim || !mtf_name_is_valid(dim)))
+    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: '%s' is not a dimension name", dim ? dim : "(null)");
+  snprintf(s->microbatch_dim, sizeof s->microbatch_dim, "%s", count > 1 ? dim : "");
+  s->microbatch = index;
+  s->microbatches = count;
+  return MTF_OK;
+}
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }

@@ -85,6 +85,7 @@ int mtf_graph_add_op(mtf_graph *g, mtf_op_kind kind, int n_inputs, const int *in
       !grow(g, (void **)&g->variables, &g->cap_variables, g->n_variables + 1, sizeof(int)))
     return MTF_NO_TENSOR;
   int id = g->n_nodes++;
+  n.block = g->current_block;
   if (!n.name[0]) snprintf(n.name, sizeof n.name, "%s_%d", def->name, id);
   g->nodes[id] = n;
   if (kind == MTF_OP_VARIABLE) g->variables[g->n_variables++] = id;
@@ -203,6 +204,28 @@ mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, 
   mtf_op_params p = {.variable = {init, scale}};
   return named_source(g, MTF_OP_VARIABLE, name, shape, &p);
 }
+
+mtf_tensor mtf_transient_variable(mtf_graph *g, const char *name, const mtf_shape *shape) {
+  mtf_tensor t = mtf_variable(g, name, shape, MTF_INIT_ZEROS, 0.0f);
+  if (t >= 0) g->nodes[t].params.variable.transient = 1;
+  return t;
+}
+
+int mtf_variable_is_transient(const mtf_graph *g, mtf_tensor t) {
+  return mtf_tensor_is_variable(g, t) && g->nodes[t].params.variable.transient;
+}
+
+int mtf_recompute_begin(mtf_graph *g) {
+  if (g->error.code != MTF_OK) return 0;
+  if (g->current_block) {
+    mtf_graph_fail(g, MTF_ERR_INVALID, "recompute_begin: block %d is still open; recompute blocks do not nest",
+                   g->current_block);
+    return 0;
+  }
+  return g->current_block = ++g->n_blocks;
+}
+
+void mtf_recompute_end(mtf_graph *g) { g->current_block = 0; }
 
 mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value) {
   mtf_op_params p = {.constant = {value}};

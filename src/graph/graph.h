@@ -55,7 +55,7 @@ typedef enum mtf_unary_kind {
 
 /* Typed parameters of a node, by op; a plan step carries a copy, so kernels never read the graph. */
 typedef union mtf_op_params {
-  struct { mtf_init init; float scale; } variable;
+  struct { mtf_init init; float scale; int transient; } variable; /* transient: not model state (mtf.h) */
   struct { float value; } constant;
   struct { mtf_unary_kind fn; float alpha, beta; } unary;
   struct { mtf_binary_kind fn; } binary;
@@ -75,6 +75,7 @@ typedef struct mtf_node {
   int n_inputs;
   int inputs[MTF_MAX_OP_INPUTS];
   mtf_op_params params;
+  int block; /* recompute block (mtf_recompute_begin), 0 = none */
 } mtf_node;
 
 typedef struct mtf_assign_pair {
@@ -91,6 +92,7 @@ struct mtf_graph {
   int n_variables, cap_variables;
   int *variable_index; /* open-addressing hash of variable names -> node id (-1 empty), cap_index slots */
   int cap_index;
+  int n_blocks, current_block; /* recompute blocks made so far; the open one (0 = none) */
   mtf_error error; /* first builder error, sticky */
 };
 

@@ -84,6 +84,8 @@ static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set
   int group = mtf_mesh_group_size(&p->mesh, axes);
   p->stats.comm_calls[kind]++;
   p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
+  int64_t block = group > 1 ? elements * (int64_t)sizeof(float) / group : 0;
+  if (kind == MTF_COLL_ALLREDUCE && block > p->stats.largest_allreduce_block) p->stats.largest_allreduce_block = block;
 }
 
 /* A step reading one buffer and writing another (or the same, for in-place collectives). */
@@ -394,14 +396,14 @@ int mtf_lower_reshape(mtf_lowering *lw, int node) {
   return slice_to(lw, node, buffer, &shape, offsets);
 }
 
-static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int with_assigns,
-                       mtf_error *err) {
+static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int first_assign,
+                       int end_assign, mtf_error *err) {
   for (int i = 0; i < n_fetches; i++) {
     if (fetches[i] < 0 || fetches[i] >= g->n_nodes)
       return mtf_error_set(err, MTF_ERR_INVALID, "plan: fetch %d is not a tensor of the graph", fetches[i]);
     p->needed[fetches[i]] = 1;
   }
-  for (int i = 0; with_assigns && i < g->n_assigns; i++)
+  for (int i = first_assign; i < end_assign; i++)
     p->needed[g->assigns[i].variable] = p->needed[g->assigns[i].value] = 1;
   for (int i = g->n_nodes - 1; i >= 0; i--)
     if (p->needed[i])
@@ -422,13 +424,16 @@ static int check_layouts(mtf_plan *p, const mtf_graph *g, const mtf_layout_rules
 }
 
 static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
-                       int n_fetches, const mtf_tensor *fetches, int with_assigns, const mtf_plan_options *options,
-                       mtf_plan **out, mtf_error *err) {
+                       int n_fetches, const mtf_tensor *fetches, int first_assign, int end_assign,
+                       const mtf_plan_options *options, mtf_plan **out, mtf_error *err) {
   *out = NULL;
   if (g->error.code != MTF_OK) {
     *err = g->error;
     return mtf_error_prefix(err, "graph");
   }
+  if (first_assign < 0 || first_assign > end_assign || end_assign > g->n_assigns)
+    return mtf_error_set(err, MTF_ERR_INVALID, "plan: assigns [%d, %d) are not among the graph's %d", first_assign,
+                         end_assign, g->n_assigns);
   MTF_CHECK(mtf_mesh_validate(mesh, err));
   if (mesh_rank < 0 || mesh_rank >= mtf_mesh_size(mesh))
     return mtf_error_set(err, MTF_ERR_INVALID, "plan: rank %d is outside the mesh of %d", mesh_rank, mtf_mesh_size(mesh));
@@ -451,7 +456,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     for (int i = 0; i < count; i++) p->value_buffer[i] = -1;
     memcpy(p->fetch_nodes, fetches, sizeof(int) * (size_t)n_fetches);
     p->n_fetches = n_fetches;
-    rc = mark_needed(p, g, n_fetches, fetches, with_assigns, err);
+    rc = mark_needed(p, g, n_fetches, fetches, first_assign, end_assign, err);
   }
   if (rc == MTF_OK) rc = check_layouts(p, g, rules, err);
   for (int i = 0; i < count && rc == MTF_OK; i++)
@@ -460,7 +465,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     rc = materialize(&lw, fetches[i]);
     p->buffers[p->value_buffer[fetches[i]]].last_step = INT_MAX; /* read after the run */
   }
-  for (int i = 0; with_assigns && i < g->n_assigns && rc == MTF_OK; i++) {
+  for (int i = first_assign; i < end_assign && rc == MTF_OK; i++) {
     int variable = g->assigns[i].variable, value = g->assigns[i].value;
     rc = materialize(&lw, value);
     if (rc) break;
@@ -491,20 +496,29 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
 
 int mtf_plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int mesh_rank,
                     int n_fetches, const mtf_tensor *fetches, mtf_plan **out, mtf_error *err) {
-  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, NULL, out, err);
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, g->n_assigns, NULL, out, err);
 }
 
 int mtf_plan_create_with_options(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
                                  int mesh_rank, int n_fetches, const mtf_tensor *fetches,
                                  const mtf_plan_options *options, mtf_plan **out, mtf_error *err) {
-  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 1, options, out, err);
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, g->n_assigns, options, out, err);
 }
 
 int mtf_plan_create_without_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
                                     int mesh_rank, int n_fetches, const mtf_tensor *fetches, mtf_plan **out,
                                     mtf_error *err) {
-  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, NULL, out, err);
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, 0, 0, NULL, out, err);
 }
+
+int mtf_plan_create_with_assigns(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                                 int mesh_rank, int n_fetches, const mtf_tensor *fetches, int first_assign,
+                                 int n_assigns, const mtf_plan_options *options, mtf_plan **out, mtf_error *err) {
+  return plan_create(g, mesh, rules, mesh_rank, n_fetches, fetches, first_assign, first_assign + n_assigns, options,
+                     out, err);
+}
+
+int mtf_graph_num_assigns(const mtf_graph *g) { return g->n_assigns; }
 
 void mtf_plan_destroy(mtf_plan *plan) {
   if (!plan) return;

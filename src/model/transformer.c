@@ -123,8 +123,13 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
   mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
   mtf_tensor wpe = param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
   mtf_tensor x = dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));
-  for (int layer = 0; layer < m->layers; layer++)
+  /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
+   * its input x in the backward pass (mtf_gradients_recompute); otherwise the marks change nothing. */
+  for (int layer = 0; layer < m->layers; layer++) {
+    mtf_recompute_begin(g);
     x = feed_forward(&b, attention(&b, x, layer, &activations), layer, &activations);
+    mtf_recompute_end(g);
+  }
   mtf_tensor h = norm(&b, x, "final");
   mtf_shape logits_shape = shape_of("batch:%lld,length:%lld,vocab:%lld", (long long)batch, (long long)m->length,
                                     (long long)m->vocab);

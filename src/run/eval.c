@@ -23,12 +23,17 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
     rc = mtf_loader_next(loader, raw, err);
     if (rc) break;
     mtf_loader_split(loader, raw, inputs, targets);
-    float value;
-    if (mtf_session_set_input_slice_int(st->eval, model->tokens, inputs, err) ||
-        mtf_session_set_input_slice_int(st->eval, model->targets, targets, err) || mtf_session_run(st->eval, err) ||
-        mtf_session_fetch(st->eval, model->token_loss, &value, err))
-      mtf_run_abort("evaluation", err);
-    sum += value;
+    /* The evaluation model is built for batch / microbatches rows: this rank's rows in as many runs. */
+    int N = st->program.microbatches;
+    int64_t chunk = rows / N * length;
+    for (int m = 0; m < N; m++) {
+      float value;
+      if (mtf_session_set_input_slice_int(st->eval, model->tokens, inputs + m * chunk, err) ||
+          mtf_session_set_input_slice_int(st->eval, model->targets, targets + m * chunk, err) ||
+          mtf_session_run(st->eval, err) || mtf_session_fetch(st->eval, model->token_loss, &value, err))
+        mtf_run_abort("evaluation", err);
+      sum += value / N;
+    }
   }
   if (rc == MTF_OK) {
     *loss = sum / (double)batches;

@@ -1,5 +1,6 @@
 #include "run/program.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,60 +20,154 @@ static int optimizer_config(const mtf_config *cfg, mtf_optimizer_config *opt, mt
   return mtf_optimizer_validate(opt, err);
 }
 
+/* The accumulators of microbatching: acc = grad + accumulate * acc, assigned at the end of each run of
+ * the train plan (accumulate 0 on a step's first microbatch overwrites the previous step's sum). */
+static int add_accumulators(mtf_program *p, const mtf_tensor *grads, mtf_error *err) {
+  mtf_graph *g = p->graph;
+  int n = p->train_model.n_params;
+  p->accumulators = malloc(sizeof(mtf_tensor) * ((size_t)n + 1));
+  if (!p->accumulators) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  mtf_shape scalar = {0};
+  p->accumulate = mtf_input(g, "accumulate", &scalar);
+  for (int i = 0; i < n; i++) {
+    mtf_tensor param = p->train_model.params[i];
+    char name[128];
+    snprintf(name, sizeof name, "%s/grad_accum", mtf_tensor_name(g, param));
+    mtf_tensor acc = mtf_transient_variable(g, name, mtf_tensor_shape(g, param));
+    if (acc != MTF_NO_TENSOR && strcmp(mtf_tensor_name(g, acc), name) != 0)
+      return mtf_error_set(err, MTF_ERR_INVALID, "gradient accumulator '%s' is longer than a tensor name may be: give "
+                           "variable '%s' a shorter name", name, mtf_tensor_name(g, param));
+    p->accumulators[i] = acc;
+    mtf_assign(g, acc, mtf_add(g, grads[i], mtf_multiply(g, acc, p->accumulate)));
+  }
+  return mtf_graph_status(g, err);
+}
+
+/* Forward, backward and update of the training step; the train (and apply) plan of rank `rank`. */
+static int build_training(const mtf_config *cfg, int rank, mtf_program *p, int64_t rows, mtf_error *err) {
+  mtf_graph *g = p->graph;
+  mtf_optimizer_config opt;
+  MTF_CHECK(optimizer_config(cfg, &opt, err));
+  MTF_CHECK(mtf_transformer_build(g, &cfg->model, rows, (float)cfg->model.dropout, &p->train_model, err));
+  mtf_shape scalar = {0};
+  p->learning_rate = mtf_input(g, "learning_rate", &scalar);
+  p->step = mtf_input(g, "step", &scalar);
+  int n = p->train_model.n_params, N = p->microbatches;
+  mtf_tensor *grads = malloc(sizeof(mtf_tensor) * ((size_t)n + 1));
+  if (!grads) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  /* Each microbatch's loss is its own mean; the step's loss is their mean. */
+  mtf_tensor loss = N > 1 ? mtf_scalar_multiply(g, p->train_model.loss, 1.0f / (float)N) : p->train_model.loss;
+  int recompute = strcmp(cfg->train.recompute, "block") == 0;
+  int rc = recompute ? mtf_gradients_recompute(g, loss, n, p->train_model.params, grads)
+                     : mtf_gradients(g, loss, n, p->train_model.params, grads);
+  if (rc) rc = mtf_graph_status(g, err);
+  int first_accumulate = mtf_graph_num_assigns(g);
+  if (rc == MTF_OK && N > 1) rc = add_accumulators(p, grads, err);
+  int first_update = mtf_graph_num_assigns(g);
+  if (rc == MTF_OK)
+    rc = mtf_optimizer_apply(g, &opt, n, p->train_model.params, N > 1 ? p->accumulators : grads, p->learning_rate,
+                             p->step, &p->grad_norm, err);
+  free(grads);
+  if (rc) return rc;
+  mtf_tensor fetches[3] = {p->train_model.loss, p->train_model.token_loss, p->grad_norm};
+  mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
+  if (N == 1)
+    return mtf_plan_create_with_options(g, &cfg->mesh_shape, &cfg->layout, rank, 3, fetches, &options, &p->train_plan,
+                                        err);
+  rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, 2, fetches, first_accumulate,
+                                    first_update - first_accumulate, &options, &p->train_plan, err);
+  if (rc == MTF_OK)
+    rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->grad_norm, first_update,
+                                      mtf_graph_num_assigns(g) - first_update, NULL, &p->apply_plan, err);
+  return rc;
+}
+
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error *err) {
   memset(p, 0, sizeof *p);
+  p->microbatches = (int)cfg->train.microbatches;
+  p->accumulate = MTF_NO_TENSOR;
+  if (p->microbatches < 1 || cfg->train.batch % p->microbatches != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "train.microbatches (%lld) does not divide train.batch (%lld)",
+                         (long long)cfg->train.microbatches, (long long)cfg->train.batch);
+  int64_t rows = cfg->train.batch / p->microbatches;
   p->graph = mtf_graph_create((uint64_t)cfg->train.seed);
   if (!p->graph) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
-  mtf_optimizer_config opt;
-  int rc = optimizer_config(cfg, &opt, err);
-  if (rc == MTF_OK)
-    rc = mtf_transformer_build(p->graph, &cfg->model, cfg->train.batch, (float)cfg->model.dropout, &p->train_model, err);
-  if (rc == MTF_OK) {
-    mtf_shape scalar = {0};
-    p->learning_rate = mtf_input(p->graph, "learning_rate", &scalar);
-    p->step = mtf_input(p->graph, "step", &scalar);
-    mtf_tensor *grads = malloc(sizeof(mtf_tensor) * (size_t)p->train_model.n_params + 1);
-    rc = grads ? mtf_gradients(p->graph, p->train_model.loss, p->train_model.n_params, p->train_model.params, grads)
-               : MTF_ERR_NOMEM;
-    if (rc == MTF_OK)
-      rc = mtf_optimizer_apply(p->graph, &opt, p->train_model.n_params, p->train_model.params, grads, p->learning_rate,
-                               p->step, &p->grad_norm, err);
-    else
-      mtf_graph_status(p->graph, err);
-    free(grads);
-  }
-  if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &cfg->model, cfg->train.batch, 0.0f, &p->eval_model, err);
-  if (rc == MTF_OK) {
-    mtf_tensor fetches[3] = {p->train_model.loss, p->train_model.token_loss, p->grad_norm};
-    mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
-    rc = mtf_plan_create_with_options(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 3, fetches, &options,
-                                      &p->train_plan, err);
-  }
+  int rc = build_training(cfg, rank, p, rows, err);
+  if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &cfg->model, rows, 0.0f, &p->eval_model, err);
   if (rc == MTF_OK)
     rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,
                                          &p->eval_plan, err);
+  /* A microbatch too small for the mesh axis that splits the batch is refused by the layout: say why. */
+  if (rc != MTF_OK && p->microbatches > 1)
+    mtf_error_prefix(err, "train.microbatches %d (%lld sequences per microbatch)", p->microbatches, (long long)rows);
   if (rc != MTF_OK) mtf_program_free(p);
   return rc;
 }
 
 void mtf_program_free(mtf_program *p) {
   mtf_plan_destroy(p->train_plan);
+  mtf_plan_destroy(p->apply_plan);
   mtf_plan_destroy(p->eval_plan);
   mtf_transformer_free(&p->train_model);
   mtf_transformer_free(&p->eval_model);
+  free(p->accumulators);
   mtf_graph_destroy(p->graph);
   memset(p, 0, sizeof *p);
 }
 
-void mtf_program_variable_bytes(const mtf_program *p, int64_t *param_bytes, int64_t *slot_bytes) {
-  *param_bytes = *slot_bytes = 0;
+const mtf_plan *mtf_program_state_plan(const mtf_program *p) { return p->apply_plan ? p->apply_plan : p->train_plan; }
+
+static int64_t slice_bytes(const mtf_plan *plan, mtf_tensor t) {
+  return plan && t != MTF_NO_TENSOR ? mtf_plan_slice_elements(plan, t) * (int64_t)sizeof(float) : 0;
+}
+
+static int64_t arena(const mtf_plan *plan) { return plan ? mtf_plan_get_stats(plan)->peak_bytes : 0; }
+static int64_t allreduce_block(const mtf_plan *plan) {
+  return plan ? mtf_plan_get_stats(plan)->largest_allreduce_block : 0;
+}
+
+/* What a rank holds besides tensors once it has trained a step: the mapped code and libraries (about 20 MiB),
+ * the heap of graph and plans, MPI's buffers and OpenBLAS's packing buffers. Measured on the project's
+ * machine as 60-85 MiB per rank for models from the test model to GPT-2 small (docs/ARCHITECTURE.md,
+ * "Memory"); an estimate of the runtime, not a property of the plan. */
+#define RUNTIME_BYTES ((int64_t)80 << 20)
+
+void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_program_memory *m) {
+  memset(m, 0, sizeof *m);
   const mtf_graph *g = p->graph;
+  const mtf_plan *state = mtf_program_state_plan(p);
+  int64_t largest = 0;
   for (int i = 0; i < mtf_graph_num_variables(g); i++) {
     mtf_tensor var = mtf_graph_variable(g, i);
-    if (!mtf_plan_layout(p->train_plan, var)) continue;
-    int64_t bytes = mtf_plan_slice_elements(p->train_plan, var) * (int64_t)sizeof(float);
+    int64_t bytes = slice_bytes(state, var);
     int is_param = 0;
     for (int k = 0; k < p->train_model.n_params; k++) is_param |= p->train_model.params[k] == var;
-    *(is_param ? param_bytes : slot_bytes) += bytes;
+    if (mtf_variable_is_transient(g, var)) m->accumulators += bytes;
+    else *(is_param ? &m->parameters : &m->optimizer_state) += bytes;
+    if (!mtf_variable_is_transient(g, var) && bytes > largest) largest = bytes;
   }
+  m->train_arena = arena(p->train_plan);
+  m->apply_arena = arena(p->apply_plan);
+  m->eval_arena = arena(p->eval_plan);
+  /* Each session stores the inputs its plan reads (int32 and float are both 4 bytes). */
+  const mtf_tensor train_inputs[] = {p->train_model.tokens, p->train_model.targets, p->learning_rate, p->step,
+                                     p->accumulate};
+  for (size_t i = 0; i < sizeof train_inputs / sizeof train_inputs[0]; i++)
+    m->inputs += slice_bytes(p->train_plan, train_inputs[i]) + slice_bytes(p->apply_plan, train_inputs[i]);
+  m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets);
+  /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole
+   * batch each, T + 1 tokens a row. */
+  int64_t batch_rows = slice_bytes(p->train_plan, p->train_model.tokens) / (int64_t)sizeof(float) /
+                       cfg->model.length * p->microbatches;
+  int64_t row_bytes = (cfg->model.length + 1) * (int64_t)sizeof(int32_t);
+  m->host = batch_rows * row_bytes * (3 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
+  m->runtime = RUNTIME_BYTES;
+  m->allreduce_scratch = allreduce_block(p->train_plan);
+  if (allreduce_block(p->apply_plan) > m->allreduce_scratch) m->allreduce_scratch = allreduce_block(p->apply_plan);
+  if (cfg->data_eval[0] && allreduce_block(p->eval_plan) > m->allreduce_scratch)
+    m->allreduce_scratch = allreduce_block(p->eval_plan);
+  if (cfg->train.checkpoint_every > 0) m->staging = largest;
+  m->total = m->parameters + m->optimizer_state + m->accumulators + m->train_arena + m->apply_arena + m->inputs +
+             m->host + m->runtime + (cfg->data_eval[0] ? m->eval_arena : 0) +
+             (m->staging > m->allreduce_scratch ? m->staging : m->allreduce_scratch);
 }

@@ -1,7 +1,17 @@
 /* Everything a run computes, built from the config: the transformer (with dropout, for training), its
  * gradients and optimizer update, an evaluation forward pass without dropout over the same variables,
- * and the plans of both for one mesh rank. Used by `mtf train`, `mtf eval` and (without sessions)
- * `mtf plan`. No MPI here. */
+ * and the plans for one mesh rank. Used by `mtf train`, `mtf eval` and (without sessions) `mtf plan`.
+ * No MPI here.
+ *
+ * train.microbatches 1: one plan does a whole step (forward, backward, update) over train.batch rows.
+ * train.microbatches N > 1: the model is built for batch/N rows; the train plan runs forward and backward
+ * over one microbatch and adds its gradients into transient accumulator variables ("<param>/grad_accum",
+ * left out of checkpoints), and the apply plan (the optimizer, reading the accumulators) runs once after
+ * the N microbatches. The microbatch loss is scaled by 1/N before differentiation, so the accumulated
+ * gradient is the gradient of the mean loss over the whole batch: the same update as one big batch, within
+ * float rounding. The first microbatch of a step overwrites the accumulators (the `accumulate` input is 0,
+ * then 1), so nothing has to zero them. The evaluation pass is built for batch/N rows too.
+ * train.recompute block: gradients by mtf_gradients_recompute over the model's layers. */
 #ifndef MTF_RUN_PROGRAM_H
 #define MTF_RUN_PROGRAM_H
 
@@ -11,17 +21,39 @@
 
 typedef struct mtf_program {
   mtf_graph *graph;
-  mtf_transformer train_model, eval_model;
+  mtf_transformer train_model, eval_model; /* each over batch / microbatches rows */
   mtf_tensor learning_rate, step; /* scalar inputs of the optimizer */
   mtf_tensor grad_norm;
-  mtf_plan *train_plan, *eval_plan;
+  int microbatches;               /* train.microbatches */
+  mtf_tensor accumulate;          /* microbatches > 1: scalar input, 0 on a step's first microbatch, else 1 */
+  mtf_tensor *accumulators;       /* microbatches > 1: per parameter (train_model.params order); else NULL */
+  mtf_plan *train_plan;           /* a whole step, or (microbatches > 1) one microbatch into the accumulators */
+  mtf_plan *apply_plan;           /* microbatches > 1: the optimizer update from the accumulators; else NULL */
+  mtf_plan *eval_plan;
 } mtf_program;
 
-/* Builds the graph and both plans for mesh rank `rank` of cfg->mesh_shape under cfg->layout. */
+/* Builds the graph and the plans for mesh rank `rank` of cfg->mesh_shape under cfg->layout. */
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *out, mtf_error *err);
 void mtf_program_free(mtf_program *p);
 
-/* Bytes this rank holds for model parameters and for optimizer slots. */
-void mtf_program_variable_bytes(const mtf_program *p, int64_t *param_bytes, int64_t *slot_bytes);
+/* The plan that holds every variable that is model state (parameters and optimizer slots): the one to
+ * checkpoint the training session through. */
+const mtf_plan *mtf_program_state_plan(const mtf_program *p);
+
+/* What one rank of a training run holds at its peak, in bytes (mtf plan prints it; docs/ARCHITECTURE.md,
+ * "Memory"). Backend memory is allocated once and stays: the arenas are resident from their first run. */
+typedef struct mtf_program_memory {
+  int64_t parameters, optimizer_state, accumulators; /* variables */
+  int64_t train_arena, apply_arena, eval_arena;       /* the sessions' planned activation arenas */
+  int64_t inputs;          /* the sessions' input buffers (token ids, targets, scalars) */
+  int64_t host;            /* the loop's and the loader's row buffers */
+  int64_t runtime;         /* not tensors: code, libraries, MPI's and OpenBLAS's own buffers (an estimate) */
+  /* Held for a moment, never together: MPI's scratch for the largest allreduce (one block of a ring), and the
+   * checkpoint staging buffer (the largest variable slice, when train.checkpoint_every > 0). */
+  int64_t allreduce_scratch, staging;
+  int64_t total;           /* all of it at the peak: the eval arena only when data.eval is set (only an
+                            * evaluation touches it), the larger of the two transients */
+} mtf_program_memory;
+void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_program_memory *m);
 
 #endif

@@ -43,10 +43,10 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   if (rc == MTF_OK) rc = mtf_comm_world_create(&cfg->mesh_shape, &st->comm, err);
   if (rc == MTF_OK && st->rank != 0) rc = mtf_program_build(cfg, st->comm->rank, &st->program, err);
   if (rc == MTF_OK && with_training) rc = mtf_session_create(st->program.train_plan, st->comm, &options, &st->train, err);
-  if (rc == MTF_OK) {
-    options.share_variables_with = st->train;
-    rc = mtf_session_create(st->program.eval_plan, st->comm, &options, &st->eval, err);
-  }
+  options.share_variables_with = st->train;
+  if (rc == MTF_OK && with_training && st->program.apply_plan)
+    rc = mtf_session_create(st->program.apply_plan, st->comm, &options, &st->apply, err);
+  if (rc == MTF_OK) rc = mtf_session_create(st->program.eval_plan, st->comm, &options, &st->eval, err);
   /* Building a rank's plan and allocating its memory can fail on one rank alone (out of memory): agree,
    * so that no rank goes on into a collective the failed one will never join. */
   if (st->comm) rc = mtf_comm_agree(st->comm, rc, err);
@@ -54,11 +54,12 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
 }
 
 void mtf_run_teardown(mtf_run_state *st) {
-  mtf_session_destroy(st->eval);
+  mtf_session_destroy(st->eval); /* the sessions that share the train session's variables first */
+  mtf_session_destroy(st->apply);
   mtf_session_destroy(st->train);
   mtf_program_free(&st->program);
   if (st->comm) mtf_comm_destroy(st->comm);
-  st->eval = st->train = NULL;
+  st->eval = st->apply = st->train = NULL;
   st->comm = NULL;
 }
 
@@ -90,8 +91,10 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
 }
 
 mtf_ckpt_model mtf_run_checkpoint_model(mtf_run_state *st, int training) {
-  mtf_ckpt_model model = {st->program.graph, training ? st->program.train_plan : st->program.eval_plan,
-                          training ? st->train : st->eval, st->comm, st->program.train_model.params,
+  /* Training: the plan and session that hold the optimizer slots too (with microbatches, the apply ones). */
+  mtf_session *train = st->apply ? st->apply : st->train;
+  mtf_ckpt_model model = {st->program.graph, training ? mtf_program_state_plan(&st->program) : st->program.eval_plan,
+                          training ? train : st->eval, st->comm, st->program.train_model.params,
                           st->program.train_model.n_params};
   return model;
 }

@@ -30,11 +30,13 @@ typedef struct mtf_run_state {
   mtf_comm *comm;
   mtf_program program;
   mtf_session *train, *eval;
+  mtf_session *apply; /* train.microbatches > 1: the optimizer update (shares train's variables); else NULL */
   int rank; /* in the job (= the mesh rank) */
 } mtf_run_state;
 
-/* Builds the program, the communicator and the sessions (the training one only with_training; the eval
- * session shares its variables). Collective; on failure every rank returns the same error. */
+/* Builds the program, the communicator and the sessions (the training ones only with_training; the apply
+ * and eval sessions share the train session's variables). Collective; on failure every rank returns the
+ * same error. */
 int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, mtf_error *err);
 void mtf_run_teardown(mtf_run_state *st);
 

@@ -72,32 +72,53 @@ static int resume(mtf_run_state *st, mtf_loader *loader, const mtf_train_options
 static void print_header(const mtf_run_state *st, double job_peak) {
   if (st->rank != 0) return;
   const mtf_config *cfg = st->cfg;
-  const mtf_plan_stats *stats = mtf_plan_get_stats(st->program.train_plan);
+  mtf_program_memory mem;
+  mtf_program_memory_of(&st->program, cfg, &mem);
   char mesh_text[MTF_SHAPE_STR_MAX];
-  printf("train: %lld parameters, mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens\n",
+  printf("train: %lld parameters, mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens",
          (long long)st->program.train_model.param_count, mtf_shape_format(&cfg->mesh_shape, mesh_text, sizeof mesh_text),
          st->comm->size, cfg->mesh_layout, (long long)cfg->train.batch, (long long)cfg->model.length);
+  if (st->program.microbatches > 1)
+    printf(" in %d microbatches of %lld", st->program.microbatches,
+           (long long)(cfg->train.batch / st->program.microbatches));
+  printf("%s\n", strcmp(cfg->train.recompute, "none") ? ", recompute: block" : "");
   printf("train: per rank %.1f MiB activations (planned peak), %.1f MiB variables; peak for MFU %.1f GFLOP/s "
          "(measured: cblas_sgemm 512^3 on each rank at start-up, summed)\n",
-         stats->peak_bytes / 1048576.0, stats->variable_bytes / 1048576.0, job_peak / 1e9);
+         (mem.train_arena + mem.apply_arena) / 1048576.0,
+         (mem.parameters + mem.optimizer_state + mem.accumulators) / 1048576.0, job_peak / 1e9);
   fflush(stdout);
 }
 
-/* One optimizer step on this batch; returns the loss and the gradient norm. A failure here is inside the
- * session's collectives, so it ends the job. */
-static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *targets, int64_t step, float lr,
-                       float *loss, float *grad_norm) {
+/* One optimizer step on this rank's rows of the batch; returns the loss and the gradient norm. With
+ * microbatches, microbatch m is the m-th run of rows/N of this rank's rows (mtf_session_set_microbatch
+ * numbers them for dropout as rows of the whole batch), its gradients added into the accumulators; then
+ * the apply plan updates. A failure here is inside the sessions' collectives, so it ends the job. */
+static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *targets, int64_t rows, int64_t step,
+                       float lr, float *loss, float *grad_norm) {
   mtf_error err;
   float step_value = (float)step;
   const mtf_program *p = &st->program;
+  int N = p->microbatches;
+  mtf_session *update = st->apply ? st->apply : st->train;
+  int64_t chunk = rows / N * st->cfg->model.length;
+  double sum = 0;
   mtf_session_set_random_offset(st->train, (uint64_t)step);
-  if (mtf_session_set_input_slice_int(st->train, p->train_model.tokens, inputs, &err) ||
-      mtf_session_set_input_slice_int(st->train, p->train_model.targets, targets, &err) ||
-      mtf_session_set_input(st->train, p->learning_rate, &lr, &err) ||
-      mtf_session_set_input(st->train, p->step, &step_value, &err) || mtf_session_run(st->train, &err) ||
-      mtf_session_fetch(st->train, p->train_model.loss, loss, &err) ||
-      mtf_session_fetch(st->train, p->grad_norm, grad_norm, &err))
+  if (mtf_session_set_input(update, p->learning_rate, &lr, &err) || mtf_session_set_input(update, p->step, &step_value, &err))
     mtf_run_abort("training step", &err);
+  for (int m = 0; m < N; m++) {
+    float accumulate = m > 0 ? 1.0f : 0.0f, value;
+    if ((N > 1 && (mtf_session_set_microbatch(st->train, "batch", m, N, &err) ||
+                   mtf_session_set_input(st->train, p->accumulate, &accumulate, &err))) ||
+        mtf_session_set_input_slice_int(st->train, p->train_model.tokens, inputs + m * chunk, &err) ||
+        mtf_session_set_input_slice_int(st->train, p->train_model.targets, targets + m * chunk, &err) ||
+        mtf_session_run(st->train, &err) ||
+        mtf_session_fetch(st->train, p->train_model.loss, &value, &err))
+      mtf_run_abort("training step", &err);
+    sum += value;
+  }
+  if ((st->apply && mtf_session_run(st->apply, &err)) || mtf_session_fetch(update, p->grad_norm, grad_norm, &err))
+    mtf_run_abort("training step", &err);
+  *loss = (float)(sum / N);
 }
 
 static int evaluate_and_print(mtf_run_state *st, mtf_error *err) {
@@ -176,9 +197,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
     if (rc) break;
     mtf_loader_split(loader, raw, inputs, targets);
     float lr = (float)mtf_schedule_learning_rate(&schedule, step), loss, grad_norm;
-    double comm_before = mtf_session_comm_seconds(st.train);
-    train_step(&st, inputs, targets, step, lr, &loss, &grad_norm);
-    window_comm += mtf_session_comm_seconds(st.train) - comm_before;
+    double comm_before = mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0);
+    train_step(&st, inputs, targets, rows, step, lr, &loss, &grad_norm);
+    window_comm += mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0) - comm_before;
     window_steps++;
     if (!isfinite(loss)) {
       rc = mtf_error_set(err, MTF_ERR_INVALID, "loss is %f at step %lld: lower train.learning_rate or set "

@@ -21,25 +21,29 @@ int main(int argc, char **argv) {
   if (rc == MTF_OK) rc = mtf_config_validate(cfg, &err);
   mtf_comm *comm = NULL;
   mtf_program program;
-  mtf_session *session = NULL;
+  mtf_session *session = NULL, *apply = NULL;
   if (rc == MTF_OK) rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, &err);
   if (rc == MTF_OK) rc = mtf_program_build(cfg, comm->rank, &program, &err);
   if (rc == MTF_OK) rc = mtf_session_create(program.train_plan, comm, NULL, &session, &err);
+  mtf_session_options shared = {.share_variables_with = session};
+  if (rc == MTF_OK && program.apply_plan) rc = mtf_session_create(program.apply_plan, comm, &shared, &apply, &err);
   if (rc != MTF_OK) {
     fprintf(stderr, "rank %d: %s\n", rank, err.msg);
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
-  int64_t params, slots;
-  mtf_program_variable_bytes(&program, &params, &slots);
-  int64_t planned = params + slots + mtf_plan_get_stats(program.train_plan)->peak_bytes;
-  int64_t allocated = mtf_session_allocated_bytes(session);
+  mtf_program_memory mem;
+  mtf_program_memory_of(&program, cfg, &mem);
+  int64_t planned = mem.parameters + mem.optimizer_state + mem.accumulators + mem.train_arena + mem.apply_arena;
+  int64_t allocated = mtf_session_allocated_bytes(session) + (apply ? mtf_session_allocated_bytes(apply) : 0);
   double ratio = (double)allocated / (double)planned;
-  printf("rank %d: planned %.2f MiB (parameters %.2f, optimizer state %.2f, activations %.2f), allocated %.2f MiB, "
-         "ratio %.4f\n", rank, planned / 1048576.0, params / 1048576.0, slots / 1048576.0,
-         mtf_plan_get_stats(program.train_plan)->peak_bytes / 1048576.0, allocated / 1048576.0, ratio);
+  printf("rank %d: planned %.2f MiB (parameters %.2f, optimizer state %.2f, accumulators %.2f, activations %.2f + "
+         "%.2f), allocated %.2f MiB, ratio %.4f\n", rank, planned / 1048576.0, mem.parameters / 1048576.0,
+         mem.optimizer_state / 1048576.0, mem.accumulators / 1048576.0, mem.train_arena / 1048576.0,
+         mem.apply_arena / 1048576.0, allocated / 1048576.0, ratio);
   CHECK(ratio > 0.9 && ratio < 1.1);
   int counts[2] = {check_passed, check_failed}, totals[2];
   MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  mtf_session_destroy(apply);
   mtf_session_destroy(session);
   mtf_program_free(&program);
   mtf_comm_destroy(comm);

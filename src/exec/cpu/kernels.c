@@ -205,8 +205,10 @@ static int k_one_hot(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 
 static int k_random_keep(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
-  random_keep(st->seed, mtf_run_key(st->params.random.key, a->random_offset), st->params.random.keep,
-              st->global_dims, &st->out_shape, st->offsets, F(a->out));
+  int64_t offsets[MTF_MAX_RANK], dims[MTF_MAX_RANK];
+  mtf_random_extent(st, a, offsets, dims);
+  random_keep(st->seed, mtf_run_key(st->params.random.key, a->random_offset), st->params.random.keep, dims,
+              &st->out_shape, offsets, F(a->out));
   return MTF_OK;
 }
 
