@@ -239,7 +239,7 @@ static void host_slice(const mtf_shape *in_shape, const char *in, const mtf_shap
 }
 
 static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mtf_dtype dtype, mtf_error *err) {
-  int b;
+  int b = -1; /* set by input_buffer; initialised for -O3's maybe-uninitialized */
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
   if (b < 0) return MTF_OK;
   const mtf_plan *p = s->plan;
@@ -256,7 +256,7 @@ static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mt
 }
 
 static int set_input_slice(mtf_session *s, mtf_tensor input, const void *slice, mtf_dtype dtype, mtf_error *err) {
-  int b;
+  int b = -1;
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
   if (b < 0) return MTF_OK;
   int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), slice, (size_t)s->plan->buffers[b].elements * ELEM);
