@@ -11,6 +11,7 @@
 #include "comm/world.h"
 #include "core/clock.h"
 #include "exec/backend.h"
+#include "exec/profile.h"
 
 struct mtf_session {
   mtf_plan *plan;
@@ -28,6 +29,7 @@ struct mtf_session {
   uint64_t random_offset;
   double comm_seconds;
   int64_t allocated_bytes;
+  mtf_profile *profile; /* MTF_PROFILE=1, else NULL */
 };
 
 #define ELEM 4 /* float32 and int32 */
@@ -175,6 +177,7 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     mtf_session_destroy(s);
     return rc;
   }
+  s->profile = mtf_profile_from_env();
   *out = s;
   return MTF_OK;
 }
@@ -188,6 +191,12 @@ void mtf_session_destroy(mtf_session *s) {
     abort();
   }
   if (s->owner) s->owner->borrowers--;
+  if (s->profile && s->comm->rank == 0) {
+    char title[96];
+    snprintf(title, sizeof title, "session of %d steps on rank 0 of %d", s->plan->n_steps, s->comm->size);
+    mtf_profile_print(s->profile, stderr, title);
+  }
+  mtf_profile_destroy(s->profile);
   mtf_backend *be = s->backend;
   if (be) {
     if (s->variables)
@@ -333,7 +342,9 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   const mtf_plan *p = s->plan;
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
+    double start = s->profile ? mtf_now_seconds() : 0.0;
     int rc = run_step(s, st, err);
+    if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
     if (rc) {
       mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
       /* The other ranks may already wait in this plan's next collective: end the job with the reason. */
@@ -346,6 +357,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
         s->backend->mem->fill_f32(s->backend, buffer_data(s, s->poison_list[k]), NAN, b->elements);
       }
   }
+  if (s->profile) mtf_profile_run(s->profile);
   return s->backend->mem->synchronize(s->backend);
 }
 
