@@ -9,10 +9,11 @@
  *     conformance test), and
  *   - bitwise between 1, 2 and 3 threads per rank: results must not depend on the thread count.
  *
- *   mpiexec -n 2 test_cpu_kernels [--break OP | --break-threads OP]
+ *   mpiexec -n 2 test_cpu_kernels [--only TEXT] [--break OP | --break-threads OP]
  *
- * --break OP shifts one element in the middle of OP's output; --break-threads OP changes OP's output by
- * one ulp only when it runs on more than one thread. Either must make the test fail (CTest checks it). */
+ * --only runs the cases whose name contains TEXT. --break OP shifts one element in the middle of OP's
+ * output; --break-threads OP changes OP's output by one ulp only when it runs on more than one thread.
+ * Either must make the test fail (CTest checks it). */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -133,7 +134,7 @@ static const kcase cases[] = {
 };
 
 static int world_rank;
-static const char *broken_op;
+static const char *broken_op, *only;
 static int break_threads;
 static mtf_kernel_fn real_kernel;
 
@@ -275,6 +276,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--break") == 0) broken_op = argv[i + 1];
     else if (strcmp(argv[i], "--break-threads") == 0) broken_op = argv[i + 1], break_threads = 1;
+    else if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   if (broken_op && world_rank == 0)
     printf("deliberately broken kernel: %s%s\n", broken_op, break_threads ? " (on more than one thread)" : "");
@@ -287,7 +289,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", err.msg);
     return 2;
   }
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], comm);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!only || strstr(cases[i].name, only)) run_case(&cases[i], comm);
   mtf_comm_destroy(comm);
   int local_failed = check_failed, any_failed = 0;
   MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -171,6 +171,12 @@ static void one_hot_chunk(void *p, int64_t lo, int64_t hi) {
   mtf_walk_seek(&t, lo);
   for (int64_t r = lo; r < hi; r++, mtf_walk_next_row(&t)) {
     float *dst = job->out + r * t.inner;
+    if (job->dim_index == last && s == 0) { /* the row is the one-hot dim, its index is the row's: one 1 */
+      int64_t position = mtf_cpu_index(job->in, job->in_dtype, t.offset[0]) - job->dim_offset;
+      mtf_cpu_fill(0.0f, t.inner, dst);
+      if (position >= 0 && position < t.inner) dst[position] = 1.0f;
+      continue;
+    }
     for (int64_t i = 0; i < t.inner; i++) {
       int64_t position = job->dim_index == last ? i : t.index[job->dim_index];
       dst[i] = mtf_cpu_index(job->in, job->in_dtype, t.offset[0] + i * s) == job->dim_offset + position ? 1.0f : 0.0f;
