@@ -97,8 +97,22 @@ static void *worker_main(void *p) {
   return NULL;
 }
 
+/* A child of fork() has none of the workers (nor a running loop): it starts from an empty pool. */
+static void reset_in_child(void) {
+  pthread_mutex_init(&pool.lock, NULL);
+  pthread_cond_init(&pool.start, NULL);
+  pthread_cond_init(&pool.done, NULL);
+  pthread_mutex_init(&caller, NULL);
+  atomic_store(&pool.pending, 0);
+  pool.workers = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reset_in_child); }
+
 /* Starts workers up to id nt - 1 (the caller holds `caller`); how many threads the loop can use. */
 static int ensure_workers(int nt) {
+  pthread_once(&atfork_once, register_atfork);
   while (pool.workers < nt - 1) {
     int id = pool.workers + 1;
     worker_args[id] = (worker_arg){id, atomic_load(&pool.generation)};
