@@ -110,8 +110,8 @@ static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 }
 
 /* Norms: y = (x - mean) * rsqrt(mean((x - mean)^2) + eps), mean 0 for RMS. Split: the row sum (layer
- * norm), then the sum of squares about the mean, then the result. On contiguous rows the mean is carried as
- * two floats (hi + lo), so that x - mean keeps double's accuracy when |mean| >> std. */
+ * norm), then the sum of squares about the mean, then the result; all in double, as huge activations (a
+ * diverged run) must give the same non-finite loss downstream as with double loops. */
 static double row_sum(const float *x, const rows *r, int64_t row) {
   const float *p = x + row_base(r, row);
   if (r->inner == 1) return mtf_row_sum(p, r->len);
@@ -122,10 +122,7 @@ static double row_sum(const float *x, const rows *r, int64_t row) {
 
 static double row_squares(const float *x, const rows *r, int64_t row, double mean) {
   const float *p = x + row_base(r, row);
-  if (r->inner == 1) {
-    float hi = (float)mean;
-    return mtf_row_sum_squares(p, r->len, hi, (float)(mean - hi));
-  }
+  if (r->inner == 1) return mtf_row_sum_squares(p, r->len, mean);
   double q = 0;
   for (int64_t j = 0; j < r->len; j++) {
     double c = (double)p[j * r->inner] - mean;
@@ -139,9 +136,8 @@ static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_
   double inv = 1.0 / sqrt(squares / n + st->params.norm.epsilon);
   const float *p = x + row_base(r, row);
   float *q = y + row_base(r, row);
-  if (r->inner == 1) {
-    float hi = (float)mean, lo = (float)(mean - hi), inv_f = (float)inv;
-    for (int64_t j = 0; j < r->len; j++) q[j] = ((p[j] - hi) - lo) * inv_f;
+  if (r->inner == 1) { /* the same expression, as its own loop so that it vectorises */
+    for (int64_t j = 0; j < r->len; j++) q[j] = (float)(((double)p[j] - mean) * inv);
     return;
   }
   for (int64_t j = 0; j < r->len; j++) q[j * r->inner] = (float)(((double)p[j * r->inner] - mean) * inv);

@@ -1,6 +1,6 @@
 /* Reductions of one contiguous row, written so that they vectorise without -ffast-math: 16 independent
- * float lanes (element j goes to lane j % 16), combined in a fixed order at the end, so the result depends
- * only on the row, never on threads. Sums move the lanes into a double total every MTF_ROW_BLOCK elements,
+ * lanes (element j goes to lane j % 16; float, or double where float could overflow), combined in a fixed
+ * order at the end, so the result depends only on the row, never on threads. Sums move the lanes into a double total every MTF_ROW_BLOCK elements,
  * which keeps long rows (a vocabulary of 50k logits) as accurate as a double sum for all practical
  * purposes. The fused kernels' strided (dim not innermost) paths keep plain double loops. */
 #ifndef MTF_EXEC_CPU_ROWOPS_H
@@ -29,39 +29,42 @@ static inline float mtf_row_max(const float *x, int64_t n) {
   return m;
 }
 
-/* The body of the sums below: TERM(j) is element j's contribution. */
-#define MTF_ROW_SUM_BODY(n, TERM)                                                                           \
+/* The body of the sums below: TERM(j) is element j's contribution, LANE the lanes' type. */
+#define MTF_ROW_SUM_BODY(n, LANE, TERM)                                                                     \
   double total = 0.0;                                                                                       \
   int64_t j = 0;                                                                                            \
   while (j + MTF_LANES <= (n)) {                                                                            \
-    float lane[MTF_LANES] = {0};                                                                            \
+    LANE lane[MTF_LANES] = {0};                                                                             \
     int64_t end = j + MTF_ROW_BLOCK < (n) ? j + MTF_ROW_BLOCK : (n);                                        \
     for (; j + MTF_LANES <= end; j += MTF_LANES)                                                            \
       for (int k = 0; k < MTF_LANES; k++) lane[k] += TERM(j + k);                                           \
-    float block = 0.0f;                                                                                     \
+    LANE block = 0;                                                                                         \
     for (int k = 0; k < MTF_LANES; k++) block += lane[k];                                                   \
     total += block;                                                                                         \
   }                                                                                                         \
   for (; j < (n); j++) total += TERM(j);                                                                    \
   return total
 
+/* Plain sums and sums of squares have double lanes: float lanes would overflow where the mean and the
+ * result do not (|x| > 1.8e19 squared, 16 x 3e38 summed), and the norms must stay finite there as they
+ * were with double loops. */
 static inline double mtf_row_sum(const float *x, int64_t n) {
-#define TERM(i) x[i]
-  MTF_ROW_SUM_BODY(n, TERM);
+#define TERM(i) ((double)x[i])
+  MTF_ROW_SUM_BODY(n, double, TERM);
 #undef TERM
 }
 
-/* sum_j e^(x_j - m) */
+/* sum_j (x_j - c)^2 */
+static inline double mtf_row_sum_squares(const float *x, int64_t n, double c) {
+#define TERM(i) (((double)x[i] - c) * ((double)x[i] - c))
+  MTF_ROW_SUM_BODY(n, double, TERM);
+#undef TERM
+}
+
+/* sum_j e^(x_j - m): with m the row's max every term is at most 1, so float lanes cannot overflow. */
 static inline double mtf_row_sum_exp(const float *x, int64_t n, float m) {
 #define TERM(i) mtf_expf(x[i] - m)
-  MTF_ROW_SUM_BODY(n, TERM);
-#undef TERM
-}
-
-/* sum_j (x_j - c)^2 for c = hi + lo (two floats: x - hi is exact when x is near hi) */
-static inline double mtf_row_sum_squares(const float *x, int64_t n, float hi, float lo) {
-#define TERM(i) (((x[i] - hi) - lo) * ((x[i] - hi) - lo))
-  MTF_ROW_SUM_BODY(n, TERM);
+  MTF_ROW_SUM_BODY(n, float, TERM);
 #undef TERM
 }
 
