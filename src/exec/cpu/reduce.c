@@ -122,23 +122,28 @@ static void copy_rows(int threads, job *j) {
   mtf_cpu_parallel_for(mtf_cpu_threads(threads, total), total, copy_rows_chunk, j);
 }
 
-#define TILE 32
+#define TILE 16 /* floats: one 64-byte cache line */
 
 /* Any other permutation: the input's innermost axis (length len: stride 1 in, `so` out) against the axis
- * innermost in the output (length count: stride `si` in, 1 out), in TILE x TILE tiles so that both sides
- * stay in cache; outer: every other axis, a batch. Units are (batch index, tile). */
+ * innermost in the output (length count: stride `si` in, 1 out), in TILE x TILE blocks through a buffer, so
+ * that every cache line of either side is read or written whole at once: with power-of-two strides the
+ * lines of a block all map to one cache set, and a direct strided loop would evict them before their next
+ * element is used. outer: every other axis, a batch. Units are (batch index, block). */
 static void transpose_chunk(void *p, int64_t lo, int64_t hi) {
   const job *j = p;
-  int64_t ni = j->len, no = j->count;
+  int64_t ni = j->len, no = j->count, so = j->so, si = j->si;
+  float buf[TILE][TILE];
   for (int64_t u = lo; u < hi; u++) {
     cursor c;
     cursor_seek(&j->outer, &c, u / (j->ti * j->to));
     int64_t i0 = (u / j->to) % j->ti * TILE, o0 = u % j->to * TILE;
-    int64_t i1 = i0 + TILE < ni ? i0 + TILE : ni, o1 = o0 + TILE < no ? o0 + TILE : no;
-    const float *src = j->in + c.in;
-    float *dst = j->out + c.out;
-    for (int64_t i = i0; i < i1; i++)
-      for (int64_t o = o0; o < o1; o++) dst[o + i * j->so] = src[o * j->si + i];
+    int64_t ni_b = ni - i0 < TILE ? ni - i0 : TILE, no_b = no - o0 < TILE ? no - o0 : TILE;
+    const float *src = j->in + c.in + o0 * si + i0;
+    float *dst = j->out + c.out + i0 * so + o0;
+    for (int64_t o = 0; o < no_b; o++)
+      for (int64_t i = 0; i < ni_b; i++) buf[i][o] = src[o * si + i];
+    for (int64_t i = 0; i < ni_b; i++)
+      for (int64_t o = 0; o < no_b; o++) dst[i * so + o] = buf[i][o];
   }
 }
 
