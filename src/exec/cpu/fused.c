@@ -214,8 +214,8 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   return MTF_OK;
 }
 
-static void masked_fill_segment(int64_t n, const float *restrict x, int64_t sx, const float *restrict mask, int64_t sm,
-                                float fill, float *restrict d) {
+static void masked_fill_segment(int64_t n, const float *x, int64_t sx, const float *mask, int64_t sm, float fill,
+                                float *d) {
   if (sx == 1 && sm == 1)
     for (int64_t i = 0; i < n; i++) d[i] = mask[i] != 0.0f ? x[i] : fill;
   else if (sx == 1 && sm == 0)

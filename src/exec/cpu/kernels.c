@@ -72,8 +72,8 @@ static void broadcast(int threads, const mtf_shape *in_shape, const float *in, c
     }                                                                                                       \
     break;
 
-static void binary_segment(mtf_binary_kind kind, int64_t n, const float *restrict x, int64_t sx,
-                           const float *restrict y, int64_t sy, float *restrict d) {
+static void binary_segment(mtf_binary_kind kind, int64_t n, const float *x, int64_t sx, const float *y, int64_t sy,
+                           float *d) {
   switch (kind) {
     BINARY_CASE(MTF_BIN_ADD, u + v)
     BINARY_CASE(MTF_BIN_SUB, u - v)
@@ -104,8 +104,7 @@ static void binary(int threads, int kind, const mtf_shape *a_shape, const float 
 }
 
 /* Elements [0, n) of a unary op; the transcendental functions are fastmath.h's, so each loop vectorises. */
-static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n, const float *restrict in,
-                        float *restrict out) {
+static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n, const float *in, float *out) {
   switch (kind) {
     case MTF_UN_AFFINE: for (int64_t i = 0; i < n; i++) out[i] = alpha * in[i] + beta; break;
     case MTF_UN_EXP: for (int64_t i = 0; i < n; i++) out[i] = mtf_expf(in[i]); break;
