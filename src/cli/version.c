@@ -19,6 +19,7 @@ void mtf_print_version(FILE *out) {
   H5get_libversion(&h5_major, &h5_minor, &h5_release);
 
   fprintf(out, "mtf %s\n", MTF_VERSION);
+  fprintf(out, "  build:    %s\n", MTF_BUILD_TARGET);
   fprintf(out, "  MPI:      %s\n", mpi_version);
   fprintf(out, "  HDF5:     %u.%u.%u (%s)\n", h5_major, h5_minor, h5_release,
 #ifdef H5_HAVE_PARALLEL

@@ -11,6 +11,7 @@
 #include "comm/world.h"
 #include "core/clock.h"
 #include "exec/backend.h"
+#include "exec/profile.h"
 
 struct mtf_session {
   mtf_plan *plan;
@@ -33,6 +34,7 @@ struct mtf_session {
   char microbatch_dim[MTF_NAME_MAX];
   int microbatch, microbatches;
   int64_t allocated_bytes;
+  mtf_profile *profile; /* MTF_PROFILE=1, else NULL */
 };
 
 #define ELEM 4 /* float32 and int32 */
@@ -193,6 +195,7 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     mtf_session_destroy(s);
     return rc;
   }
+  s->profile = mtf_profile_from_env();
   *out = s;
   return MTF_OK;
 }
@@ -206,6 +209,12 @@ void mtf_session_destroy(mtf_session *s) {
     abort();
   }
   if (s->owner) s->owner->borrowers--;
+  if (s->profile && s->comm->rank == 0) {
+    char title[96];
+    snprintf(title, sizeof title, "session of %d steps on rank 0 of %d", s->plan->n_steps, s->comm->size);
+    mtf_profile_print(s->profile, stderr, title);
+  }
+  mtf_profile_destroy(s->profile);
   mtf_backend *be = s->backend;
   if (be) {
     if (s->variables)
@@ -259,7 +268,7 @@ static void host_slice(const mtf_shape *in_shape, const char *in, const mtf_shap
 }
 
 static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mtf_dtype dtype, mtf_error *err) {
-  int b;
+  int b = -1; /* set by input_buffer; initialised for -O3's maybe-uninitialized */
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
   if (b < 0) return MTF_OK;
   const mtf_plan *p = s->plan;
@@ -276,7 +285,7 @@ static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mt
 }
 
 static int set_input_slice(mtf_session *s, mtf_tensor input, const void *slice, mtf_dtype dtype, mtf_error *err) {
-  int b;
+  int b = -1;
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
   if (b < 0) return MTF_OK;
   int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), slice, (size_t)s->plan->buffers[b].elements * ELEM);
@@ -403,7 +412,9 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   const mtf_plan *p = s->plan;
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
+    double start = s->profile ? mtf_now_seconds() : 0.0;
     int rc = run_step(s, st, err);
+    if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
     if (rc == MTF_OK && s->n_in_flight > 0 && st->kind == MTF_STEP_KERNEL) rc = progress_buckets(s, err);
     if (rc) {
       mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
@@ -419,6 +430,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
         s->backend->mem->fill_f32(s->backend, buffer_data(s, s->poison_list[k]), NAN, b->elements);
       }
   }
+  if (s->profile) mtf_profile_run(s->profile);
   /* Every START has its WAIT in the plan; a bucket still in flight here would be a planner bug. */
   if (s->n_in_flight > 0) {
     int bucket = s->in_flight[0];

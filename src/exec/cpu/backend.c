@@ -25,8 +25,7 @@ static int cpu_copy(mtf_backend *b, void *dst, const void *src, size_t bytes) {
 }
 
 static int cpu_fill_f32(mtf_backend *b, void *dst, float value, int64_t count) {
-  (void)b;
-  mtf_cpu_fill(value, count, dst);
+  mtf_cpu_fill_parallel(b->threads, value, count, dst);
   return MTF_OK;
 }
 
@@ -73,7 +72,9 @@ int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   mtf_cpu_register_einsum(b->kernels);
   mtf_cpu_register_fused(b->kernels);
   mtf_cpu_register_fused_grad(b->kernels);
-  /* OpenBLAS' thread count is per process: one rank is one process. */
+  /* OpenBLAS' thread count is per process: one rank is one process. The kernels' own thread pool
+   * (parallel.h) has as many threads; Debian's default OpenBLAS is the pthreads build, and the two take
+   * turns (a kernel and an sgemm never run at the same time). */
   if (threads > 0) openblas_set_num_threads(threads);
   b->threads = openblas_get_num_threads();
   *out = b;

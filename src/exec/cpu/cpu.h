@@ -1,5 +1,6 @@
 /* The CPU backend's parts: host memory, OpenBLAS, one kernel per op of the table (kernels.c for the
- * elementwise ops, einsum.c, fused.c for the fused ops and the embedding). */
+ * elementwise ops, reduce.c for sums, maxima and transposes, einsum.c, fused.c for the fused ops and the
+ * embedding). Kernels run on b->threads threads (parallel.h) with fastmath.h's exp and tanh. */
 #ifndef MTF_EXEC_CPU_CPU_H
 #define MTF_EXEC_CPU_CPU_H
 
@@ -13,10 +14,15 @@ void mtf_cpu_register_fused(mtf_kernel_fn *kernels);
 void mtf_cpu_register_fused_grad(mtf_kernel_fn *kernels); /* fused_grad.c */
 
 void mtf_cpu_fill(float value, int64_t n, float *out);
+void mtf_cpu_fill_parallel(int threads, float value, int64_t n, float *out);
 void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,
                    char *out, size_t elem);
-/* out = the sum of `in` over its dims absent from out (or a transposed copy). */
-void mtf_cpu_reduce_into(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out);
+/* out = the sum (the max) of `in` over its dims absent from out, or a transposed copy (reduce.c), on up to
+ * `threads` threads. The max skips NaN elements (-inf if all are). */
+void mtf_cpu_reduce_into(int threads, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
+                         float *out);
+void mtf_cpu_reduce_max(int threads, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
+                        float *out);
 
 /* Element i of an index tensor held as int32 or as floats with integer values. */
 static inline int64_t mtf_cpu_index(const void *ids, mtf_dtype dtype, int64_t i) {

@@ -6,38 +6,17 @@
 
 #include "core/error.h"
 #include "exec/cpu/cpu.h"
-#include "exec/cpu/strided.h"
 #include "ops/einsum_dims.h"
 
-/* out = sum of `in` over its dims absent from out (or a transposed copy). */
-void mtf_cpu_reduce_into(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
-  memset(out, 0, sizeof(float) * (size_t)mtf_shape_num_elements(out_shape));
-  const mtf_shape *ops[1] = {out_shape};
-  mtf_walk w;
-  mtf_walk_init(&w, in_shape, 1, ops);
-  int64_t s = w.strides[0][w.rank - 1];
-  const float *src = in;
-  for (int64_t r = 0; r < w.rows; r++, src += w.inner, mtf_walk_next_row(&w)) {
-    float *dst = out + w.offset[0];
-    if (s == 0) {
-      float acc = 0.0f;
-      for (int64_t i = 0; i < w.inner; i++) acc += src[i];
-      dst[0] += acc;
-    } else {
-      for (int64_t i = 0; i < w.inner; i++) dst[i * s] += src[i];
-    }
-  }
-}
-
-static const float *prepare(const mtf_shape *shape, const float *data, const mtf_shape *batch, const mtf_shape *outer,
-                            const mtf_shape *inner, int packed, float *scratch) {
+static const float *prepare(int threads, const mtf_shape *shape, const float *data, const mtf_shape *batch,
+                            const mtf_shape *outer, const mtf_shape *inner, int packed, float *scratch) {
   if (!packed) return data;
   mtf_shape order = mtf_einsum_concat3(batch, outer, inner);
-  mtf_cpu_reduce_into(shape, data, &order, scratch); /* a pure transpose: no dim is summed */
+  mtf_cpu_reduce_into(threads, shape, data, &order, scratch); /* a pure transpose: no dim is summed */
   return scratch;
 }
 
-static int einsum2(const mtf_step *st, const float *a, const float *b, float *out, float *scratch) {
+static int einsum2(int threads, const mtf_step *st, const float *a, const float *b, float *out, float *scratch) {
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   if (d.scratch_elements > 0 && !scratch) return MTF_ERR_INVALID;
@@ -46,16 +25,16 @@ static int einsum2(const mtf_step *st, const float *a, const float *b, float *ou
   for (int i = 0; i < 5 && scratch; i++) part[i] = scratch + d.scratch_offset[i];
   if (d.a_summed) { /* sum away dims that only one operand has */
     float *summed = part[0];
-    mtf_cpu_reduce_into(a_shape, a, &d.a_kept, summed);
+    mtf_cpu_reduce_into(threads, a_shape, a, &d.a_kept, summed);
     a = summed;
   }
   if (d.b_summed) {
     float *summed = part[1];
-    mtf_cpu_reduce_into(b_shape, b, &d.b_kept, summed);
+    mtf_cpu_reduce_into(threads, b_shape, b, &d.b_kept, summed);
     b = summed;
   }
-  const float *ap = prepare(&d.a_kept, a, &d.batch, &d.m, &d.k, d.a_packed, part[2]);
-  const float *bp = prepare(&d.b_kept, b, &d.batch, &d.k, &d.n, d.b_packed, part[3]);
+  const float *ap = prepare(threads, &d.a_kept, a, &d.batch, &d.m, &d.k, d.a_packed, part[2]);
+  const float *bp = prepare(threads, &d.b_kept, b, &d.batch, &d.k, &d.n, d.b_packed, part[3]);
   int ta = d.a_transposed, tb = d.b_transposed;
   int64_t M = d.M, N = d.N, K = d.K;
   float *c = d.c_packed ? part[4] : out;
@@ -65,18 +44,17 @@ static int einsum2(const mtf_step *st, const float *a, const float *b, float *ou
                 c + i * M * N, (int)N);
   if (d.c_packed) {
     mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
-    mtf_cpu_reduce_into(&c_shape, c, &st->out_shape, out);
+    mtf_cpu_reduce_into(threads, &c_shape, c, &st->out_shape, out);
   }
   return MTF_OK;
 }
 
 static int k_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *args) {
-  (void)be;
   if (st->n_in == 1) {
-    mtf_cpu_reduce_into(&st->in_shape[0], args->in[0], &st->out_shape, args->out);
+    mtf_cpu_reduce_into(be->threads, &st->in_shape[0], args->in[0], &st->out_shape, args->out);
     return MTF_OK;
   }
-  return einsum2(st, args->in[0], args->in[1], args->out, args->scratch);
+  return einsum2(be->threads, st, args->in[0], args->in[1], args->out, args->scratch);
 }
 
 void mtf_cpu_register_einsum(mtf_kernel_fn *kernels) { kernels[MTF_OP_EINSUM] = k_einsum; }

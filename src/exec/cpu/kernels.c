@@ -1,112 +1,194 @@
-/* CPU kernels for the elementwise, source, broadcast and max-reduction ops: plain loops over strided
- * walks, innermost dimension contiguous. */
+/* CPU kernels for the elementwise, source and broadcast ops (the max reduction is reduce.c's): strided
+ * walks over the output with neighbouring dims merged, contiguous and broadcast rows as their own
+ * vectorised loops, threads over contiguous ranges of output elements (parallel.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "exec/cpu/cpu.h"
+#include "exec/cpu/fastmath.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/strided.h"
 
-static void reduce_max(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
-  int64_t n_out = mtf_shape_num_elements(out_shape);
-  for (int64_t i = 0; i < n_out; i++) out[i] = -INFINITY;
-  const mtf_shape *ops[1] = {out_shape};
+/* A walk over the output with up to two operands, split over threads by ranges of output elements. */
+typedef struct walk_job {
   mtf_walk w;
-  mtf_walk_init(&w, in_shape, 1, ops);
-  const float *src = in;
-  for (int64_t r = 0; r < w.rows; r++, src += w.inner, mtf_walk_next_row(&w)) {
-    float *dst = out + w.offset[0];
-    int64_t s = w.strides[0][w.rank - 1];
-    for (int64_t i = 0; i < w.inner; i++)
-      if (src[i] > dst[i * s]) dst[i * s] = src[i];
-  }
+  const float *in[2];
+  float *out;
+  int kind;
+  float value;
+} walk_job;
+
+/* Broadcast: the output walked with the input's strides by name; rows are copies or fills. */
+static void broadcast_chunk(void *p, int64_t lo, int64_t hi) {
+  walk_job *job = p;
+  mtf_walk t = job->w;
+  int64_t s = t.strides[0][t.rank - 1];
+  MTF_WALK_SEGMENTS(t, lo, hi, {
+    const float *src = job->in[0] + t.offset[0] + col * s;
+    float *dst = job->out + e;
+    if (s == 1) memcpy(dst, src, sizeof(float) * (size_t)len);
+    else if (s == 0) mtf_cpu_fill(src[0], len, dst);
+    else for (int64_t i = 0; i < len; i++) dst[i] = src[i * s];
+  });
 }
 
-static void broadcast(const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape, float *out) {
+static void broadcast(int threads, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
+                      float *out) {
   const mtf_shape *ops[1] = {in_shape};
-  mtf_walk w;
-  mtf_walk_init(&w, out_shape, 1, ops);
-  float *dst = out;
-  for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {
-    const float *src = in + w.offset[0];
-    int64_t s = w.strides[0][w.rank - 1];
-    for (int64_t i = 0; i < w.inner; i++) dst[i] = src[i * s];
-  }
+  walk_job job = {.in = {in, NULL}, .out = out};
+  mtf_walk_init(&job.w, out_shape, 1, ops);
+  mtf_walk_coalesce(&job.w);
+  int64_t total = job.w.rows * job.w.inner;
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, total), total, broadcast_chunk, &job);
 }
 
-#define BINARY_LOOP(expr)                                                                                   \
-  for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {                             \
-    const float *x = a + w.offset[0], *y = b + w.offset[1];                                                 \
-    for (int64_t i = 0; i < w.inner; i++) {                                                                 \
-      float u = x[i * sa], v = y[i * sb];                                                                   \
-      dst[i] = (expr);                                                                                      \
+/* One row segment of a binary op, operand strides sx, sy along it. The contiguous and broadcast (stride 0)
+ * cases are their own loops so that they vectorise; every case computes the same expression. */
+#define BINARY_CASE(kind, expr)                                                                             \
+  case kind:                                                                                                \
+    if (sx == 1 && sy == 1) {                                                                               \
+      for (int64_t i = 0; i < n; i++) {                                                                     \
+        float u = x[i], v = y[i];                                                                           \
+        d[i] = (expr);                                                                                      \
+      }                                                                                                     \
+    } else if (sx == 1 && sy == 0) {                                                                        \
+      float v = y[0];                                                                                       \
+      for (int64_t i = 0; i < n; i++) {                                                                     \
+        float u = x[i];                                                                                     \
+        d[i] = (expr);                                                                                      \
+      }                                                                                                     \
+    } else if (sx == 0 && sy == 1) {                                                                        \
+      float u = x[0];                                                                                       \
+      for (int64_t i = 0; i < n; i++) {                                                                     \
+        float v = y[i];                                                                                     \
+        d[i] = (expr);                                                                                      \
+      }                                                                                                     \
+    } else {                                                                                                \
+      for (int64_t i = 0; i < n; i++) {                                                                     \
+        float u = x[i * sx], v = y[i * sy];                                                                 \
+        d[i] = (expr);                                                                                      \
+      }                                                                                                     \
     }                                                                                                       \
-  }
+    break;
 
-static void binary(int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape, const float *b,
-                   const mtf_shape *out_shape, float *out) {
-  const mtf_shape *ops[2] = {a_shape, b_shape};
-  mtf_walk w;
-  mtf_walk_init(&w, out_shape, 2, ops);
-  int64_t sa = w.strides[0][w.rank - 1], sb = w.strides[1][w.rank - 1];
-  float *dst = out;
-  switch ((mtf_binary_kind)kind) {
-    case MTF_BIN_ADD: BINARY_LOOP(u + v); break;
-    case MTF_BIN_SUB: BINARY_LOOP(u - v); break;
-    case MTF_BIN_MUL: BINARY_LOOP(u * v); break;
-    case MTF_BIN_DIV: BINARY_LOOP(u / v); break;
-    case MTF_BIN_EQUAL: BINARY_LOOP(u == v ? 1.0f : 0.0f); break;
-    case MTF_BIN_LESS_EQUAL: BINARY_LOOP(u <= v ? 1.0f : 0.0f); break;
+static void binary_segment(mtf_binary_kind kind, int64_t n, const float *x, int64_t sx, const float *y, int64_t sy,
+                           float *d) {
+  switch (kind) {
+    BINARY_CASE(MTF_BIN_ADD, u + v)
+    BINARY_CASE(MTF_BIN_SUB, u - v)
+    BINARY_CASE(MTF_BIN_MUL, u * v)
+    BINARY_CASE(MTF_BIN_DIV, u / v)
+    BINARY_CASE(MTF_BIN_EQUAL, u == v ? 1.0f : 0.0f)
+    BINARY_CASE(MTF_BIN_LESS_EQUAL, u <= v ? 1.0f : 0.0f)
   }
 }
 
-#define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
+static void binary_chunk(void *p, int64_t lo, int64_t hi) {
+  walk_job *job = p;
+  mtf_walk t = job->w;
+  int64_t sa = t.strides[0][t.rank - 1], sb = t.strides[1][t.rank - 1];
+  MTF_WALK_SEGMENTS(t, lo, hi,
+                    binary_segment((mtf_binary_kind)job->kind, len, job->in[0] + t.offset[0] + col * sa, sa,
+                                   job->in[1] + t.offset[1] + col * sb, sb, job->out + e));
+}
 
-static void unary(int kind, float alpha, float beta, int64_t n, const float *in, float *out) {
-  switch ((mtf_unary_kind)kind) {
+static void binary(int threads, int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape,
+                   const float *b, const mtf_shape *out_shape, float *out) {
+  const mtf_shape *ops[2] = {a_shape, b_shape};
+  walk_job job = {.in = {a, b}, .out = out, .kind = kind};
+  mtf_walk_init(&job.w, out_shape, 2, ops);
+  mtf_walk_coalesce(&job.w);
+  int64_t total = job.w.rows * job.w.inner;
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, total), total, binary_chunk, &job);
+}
+
+/* Elements [0, n) of a unary op; the transcendental functions are fastmath.h's, so each loop vectorises. */
+static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n, const float *in, float *out) {
+  switch (kind) {
     case MTF_UN_AFFINE: for (int64_t i = 0; i < n; i++) out[i] = alpha * in[i] + beta; break;
-    case MTF_UN_EXP: for (int64_t i = 0; i < n; i++) out[i] = expf(in[i]); break;
+    case MTF_UN_EXP: for (int64_t i = 0; i < n; i++) out[i] = mtf_expf(in[i]); break;
     case MTF_UN_LOG: for (int64_t i = 0; i < n; i++) out[i] = logf(in[i]); break;
     case MTF_UN_RSQRT: for (int64_t i = 0; i < n; i++) out[i] = 1.0f / sqrtf(in[i]); break;
     case MTF_UN_SQRT: for (int64_t i = 0; i < n; i++) out[i] = sqrtf(in[i]); break;
     case MTF_UN_SQUARE: for (int64_t i = 0; i < n; i++) out[i] = in[i] * in[i]; break;
-    case MTF_UN_TANH: for (int64_t i = 0; i < n; i++) out[i] = tanhf(in[i]); break;
-    case MTF_UN_SIGMOID: for (int64_t i = 0; i < n; i++) out[i] = 1.0f / (1.0f + expf(-in[i])); break;
+    case MTF_UN_TANH: for (int64_t i = 0; i < n; i++) out[i] = mtf_tanhf(in[i]); break;
+    case MTF_UN_SIGMOID: for (int64_t i = 0; i < n; i++) out[i] = mtf_sigmoidf(in[i]); break;
     case MTF_UN_RELU: for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? in[i] : 0.0f; break;
     case MTF_UN_STEP: for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? 1.0f : 0.0f; break;
-    case MTF_UN_GELU:
-      for (int64_t i = 0; i < n; i++) {
-        float x = in[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_C * (x + 0.044715f * x * x * x)));
-      }
-      break;
-    case MTF_UN_GELU_GRAD:
-      for (int64_t i = 0; i < n; i++) {
-        float x = in[i], t = tanhf(GELU_C * (x + 0.044715f * x * x * x));
-        out[i] = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_C * (1.0f + 3.0f * 0.044715f * x * x);
-      }
-      break;
+    case MTF_UN_GELU: for (int64_t i = 0; i < n; i++) out[i] = mtf_geluf(in[i]); break;
+    case MTF_UN_GELU_GRAD: for (int64_t i = 0; i < n; i++) out[i] = mtf_gelu_gradf(in[i]); break;
   }
+}
+
+typedef struct unary_job {
+  int kind;
+  float alpha, beta;
+  const float *in;
+  float *out;
+} unary_job;
+
+static void unary_chunk(void *p, int64_t lo, int64_t hi) {
+  unary_job *job = p;
+  unary_range((mtf_unary_kind)job->kind, job->alpha, job->beta, hi - lo, job->in + lo, job->out + lo);
+}
+
+static void unary(int threads, int kind, float alpha, float beta, int64_t n, const float *in, float *out) {
+  unary_job job = {kind, alpha, beta, in, out};
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, n), n, unary_chunk, &job);
 }
 
 void mtf_cpu_fill(float value, int64_t n, float *out) {
   for (int64_t i = 0; i < n; i++) out[i] = value;
 }
 
-static void one_hot(const mtf_shape *in_shape, const void *in, mtf_dtype in_dtype, const mtf_shape *out_shape,
-                    int dim_index, int64_t dim_offset, float *out) {
-  const mtf_shape *ops[1] = {in_shape};
+static void fill_chunk(void *p, int64_t lo, int64_t hi) {
+  walk_job *job = p;
+  mtf_cpu_fill(job->value, hi - lo, job->out + lo);
+}
+
+void mtf_cpu_fill_parallel(int threads, float value, int64_t n, float *out) {
+  walk_job job = {.out = out, .value = value};
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, n), n, fill_chunk, &job);
+}
+
+/* Rows of the output over threads (w.index is read, so the walk is not coalesced). */
+typedef struct one_hot_job {
   mtf_walk w;
-  mtf_walk_init(&w, out_shape, 1, ops);
-  int last = w.rank - 1;
-  int64_t s = w.strides[0][last];
-  float *dst = out;
-  for (int64_t r = 0; r < w.rows; r++, dst += w.inner, mtf_walk_next_row(&w)) {
-    for (int64_t i = 0; i < w.inner; i++) {
-      int64_t position = dim_index == last ? i : w.index[dim_index];
-      dst[i] = mtf_cpu_index(in, in_dtype, w.offset[0] + i * s) == dim_offset + position ? 1.0f : 0.0f;
+  const void *in;
+  mtf_dtype in_dtype;
+  int dim_index;
+  int64_t dim_offset;
+  float *out;
+} one_hot_job;
+
+static void one_hot_chunk(void *p, int64_t lo, int64_t hi) {
+  one_hot_job *job = p;
+  mtf_walk t = job->w;
+  int last = t.rank - 1;
+  int64_t s = t.strides[0][last];
+  mtf_walk_seek(&t, lo);
+  for (int64_t r = lo; r < hi; r++, mtf_walk_next_row(&t)) {
+    float *dst = job->out + r * t.inner;
+    if (job->dim_index == last && s == 0) { /* the row is the one-hot dim, its index is the row's: one 1 */
+      int64_t position = mtf_cpu_index(job->in, job->in_dtype, t.offset[0]) - job->dim_offset;
+      mtf_cpu_fill(0.0f, t.inner, dst);
+      if (position >= 0 && position < t.inner) dst[position] = 1.0f;
+      continue;
+    }
+    for (int64_t i = 0; i < t.inner; i++) {
+      int64_t position = job->dim_index == last ? i : t.index[job->dim_index];
+      dst[i] = mtf_cpu_index(job->in, job->in_dtype, t.offset[0] + i * s) == job->dim_offset + position ? 1.0f : 0.0f;
     }
   }
+}
+
+static void one_hot(int threads, const mtf_shape *in_shape, const void *in, mtf_dtype in_dtype,
+                    const mtf_shape *out_shape, int dim_index, int64_t dim_offset, float *out) {
+  const mtf_shape *ops[1] = {in_shape};
+  one_hot_job job = {.in = in, .in_dtype = in_dtype, .dim_index = dim_index, .dim_offset = dim_offset, .out = out};
+  mtf_walk_init(&job.w, out_shape, 1, ops);
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, job.w.rows * job.w.inner), job.w.rows, one_hot_chunk, &job);
 }
 
 static void random_keep(uint64_t seed, uint64_t key, float keep, const int64_t *global_dims, const mtf_shape *out_shape,
@@ -158,8 +240,7 @@ void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *o
 #define CF(p) ((const float *)(p))
 
 static int k_constant(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  mtf_cpu_fill(st->params.constant.value, mtf_shape_num_elements(&st->out_shape), F(a->out));
+  mtf_cpu_fill_parallel(b->threads, st->params.constant.value, mtf_shape_num_elements(&st->out_shape), F(a->out));
   return MTF_OK;
 }
 
@@ -171,35 +252,30 @@ static int k_range(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a)
 }
 
 static int k_broadcast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  broadcast(&st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
+  broadcast(b->threads, &st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
   return MTF_OK;
 }
 
 static int k_reduce_max(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  reduce_max(&st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
+  mtf_cpu_reduce_max(b->threads, &st->in_shape[0], CF(a->in[0]), &st->out_shape, F(a->out));
   return MTF_OK;
 }
 
 static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  binary(st->params.binary.fn, &st->in_shape[0], CF(a->in[0]), &st->in_shape[1], CF(a->in[1]), &st->out_shape,
-         F(a->out));
+  binary(b->threads, st->params.binary.fn, &st->in_shape[0], CF(a->in[0]), &st->in_shape[1], CF(a->in[1]),
+         &st->out_shape, F(a->out));
   return MTF_OK;
 }
 
 static int k_unary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  unary(st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta, mtf_shape_num_elements(&st->out_shape),
-        CF(a->in[0]), F(a->out));
+  unary(b->threads, st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta,
+        mtf_shape_num_elements(&st->out_shape), CF(a->in[0]), F(a->out));
   return MTF_OK;
 }
 
 static int k_one_hot(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
   int d = mtf_shape_index_of(&st->out_shape, st->params.along.dim);
-  one_hot(&st->in_shape[0], a->in[0], st->in_dtype[0], &st->out_shape, d, st->dim_offset, F(a->out));
+  one_hot(b->threads, &st->in_shape[0], a->in[0], st->in_dtype[0], &st->out_shape, d, st->dim_offset, F(a->out));
   return MTF_OK;
 }
 
