@@ -7,7 +7,7 @@
 #include "core/rng.h"
 #include "mtf.h"
 
-#define MTF_MAX_OP_INPUTS 3
+#define MTF_MAX_OP_INPUTS 5 /* attention_grad reads q, k, v, its forward value and that value's gradient */
 
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
@@ -31,6 +31,9 @@ typedef enum mtf_op_kind {
   MTF_OP_MASKED_FILL,   /* x where mask != 0, else params.fill.value */
   MTF_OP_GATHER,        /* table rows by integer ids over params.along.dim (the embedding lookup) */
   MTF_OP_SCATTER_ADD,   /* the gather's gradient: out[id] += rows */
+  MTF_OP_ATTENTION,     /* fused causal attention (ops/attention.c): [_attn:2, q dims] = o, logsumexp per row */
+  MTF_OP_ATTENTION_GRAD,/* its backward in one pass: [_attn_grad:3, q dims] = dq, dk, dv */
+  MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -58,6 +61,9 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
   struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
   struct { float value; } fill;
+  /* attention: query positions along dim, key/value positions along memory, features along depth */
+  struct { char dim[MTF_NAME_MAX]; char memory[MTF_NAME_MAX]; char depth[MTF_NAME_MAX]; float scale; } attention;
+  struct { char dim[MTF_NAME_MAX]; int index; } take;
 } mtf_op_params;
 
 typedef struct mtf_node {
@@ -103,6 +109,9 @@ mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uin
 /* The gradient of a gather: a tensor of table_shape with rows of `rows` added at `ids` along dim. */
 mtf_tensor mtf_scatter_add(mtf_graph *g, mtf_tensor rows, mtf_tensor ids, const mtf_shape *table_shape,
                            const char *dim);
+
+/* x's slice at `index` along `dim`, without that dim (ops/attention.c: unstacks attention's outputs). */
+mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

@@ -27,6 +27,9 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_MASKED_FILL] = &mtf_op_masked_fill,
     [MTF_OP_GATHER] = &mtf_op_gather,
     [MTF_OP_SCATTER_ADD] = &mtf_op_scatter_add,
+    [MTF_OP_ATTENTION] = &mtf_op_attention,
+    [MTF_OP_ATTENTION_GRAD] = &mtf_op_attention_grad,
+    [MTF_OP_TAKE] = &mtf_op_take,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm/tensor_pack.h"
+#include "exec/cpu/attention.h"
 #include "exec/cpu/cpu.h"
 
 static void *cpu_allocate(mtf_backend *b, size_t bytes) {
@@ -72,6 +73,7 @@ int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   mtf_cpu_register_elementwise(b->kernels);
   mtf_cpu_register_einsum(b->kernels);
   mtf_cpu_register_fused(b->kernels);
+  mtf_cpu_register_attention(b->kernels);
   /* OpenBLAS' thread count is per process: one rank is one process. */
   if (threads > 0) openblas_set_num_threads(threads);
   b->threads = openblas_get_num_threads();
