@@ -112,16 +112,19 @@ static int stacked_shape(mtf_graph *g, mtf_node *n, const char *stack, int64_t s
   mtf_error err;
   const mtf_shape *q = &g->nodes[n->inputs[0]].shape;
   memset(&n->shape, 0, sizeof n->shape);
-  if (mtf_shape_append(&n->shape, stack, size, &err)) return mtf_graph_fail(g, err.code, "%s: %s", mtf_op(n->kind)->name, err.msg), g->error.code;
-  for (int d = 0; d < q->rank; d++)
-    if (mtf_shape_append(&n->shape, q->dims[d].name, q->dims[d].size, &err))
-      return mtf_graph_fail(g, err.code, "%s: %s", mtf_op(n->kind)->name, err.msg), g->error.code;
+  int rc = mtf_shape_append(&n->shape, stack, size, &err);
+  for (int d = 0; d < q->rank && rc == MTF_OK; d++) rc = mtf_shape_append(&n->shape, q->dims[d].name, q->dims[d].size, &err);
+  if (rc) {
+    mtf_graph_fail(g, rc, "%s: %s", mtf_op(n->kind)->name, err.msg);
+    return rc;
+  }
   n->dtype = MTF_F32;
   return MTF_OK;
 }
 
 static int attention_infer(mtf_graph *g, mtf_node *n) {
   const char *qd = n->params.attention.dim, *md = n->params.attention.memory, *dd = n->params.attention.depth;
+  MTF_ASSERT(n->n_inputs == (n->kind == MTF_OP_ATTENTION ? 3 : 5)); /* the builders' */
   if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1)) return g->error.code;
   const mtf_shape *q = &g->nodes[n->inputs[0]].shape, *k = &g->nodes[n->inputs[1]].shape,
                   *v = &g->nodes[n->inputs[2]].shape;
@@ -140,11 +143,11 @@ static int attention_infer(mtf_graph *g, mtf_node *n) {
   }
   if (!mtf_shape_equal(v, k)) return fail_shape(g, n, 2, "must have the keys' shape");
   if (n->kind == MTF_OP_ATTENTION) return stacked_shape(g, n, MTF_ATTENTION_STACK, 2);
+  /* The gradient: inputs 3 and 4 are the forward value and its gradient, [_attn:2, q dims]. */
   MTF_CHECK(stacked_shape(g, n, MTF_ATTENTION_GRAD_STACK, 3));
-  mtf_shape forward;
-  memset(&forward, 0, sizeof forward);
-  mtf_shape_append(&forward, MTF_ATTENTION_STACK, 2, NULL);
-  for (int d = 0; d < q->rank; d++) mtf_shape_append(&forward, q->dims[d].name, q->dims[d].size, NULL);
+  mtf_shape forward = n->shape;
+  snprintf(forward.dims[0].name, MTF_NAME_MAX, "%s", MTF_ATTENTION_STACK);
+  forward.dims[0].size = 2;
   for (int i = 3; i < 5; i++)
     if (!mtf_shape_equal(&g->nodes[n->inputs[i]].shape, &forward)) return fail_shape(g, n, i, "must have the forward value's shape");
   return MTF_OK;
