@@ -61,8 +61,13 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
   struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
   struct { float value; } fill;
-  /* attention: query positions along dim, key/value positions along memory, features along depth */
-  struct { char dim[MTF_NAME_MAX]; char memory[MTF_NAME_MAX]; char depth[MTF_NAME_MAX]; float scale; } attention;
+  /* attention: query positions along dim, key/value positions along memory, features along depth; the
+   * weights kept with probability keep (1: no dropout) by the random_keep mask of `key` */
+  struct {
+    char dim[MTF_NAME_MAX], memory[MTF_NAME_MAX], depth[MTF_NAME_MAX];
+    float scale, keep;
+    uint64_t key;
+  } attention;
   struct { char dim[MTF_NAME_MAX]; int index; } take;
 } mtf_op_params;
 

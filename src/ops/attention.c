@@ -1,6 +1,7 @@
-/* Fused causal attention: o = softmax_memory(q.k * scale, memory position <= query position) v, computed by
- * the kernels blockwise with an online softmax (tiles above the diagonal skipped), never materialising the
- * [query, memory] scores. Nodes have one output, so the ops stack theirs:
+/* Fused causal attention: o = dropout(softmax_memory(q.k * scale, memory position <= query position)) v,
+ * computed by the kernels blockwise with an online softmax (tiles above the diagonal skipped), never
+ * materialising the [query, memory] scores; the dropout mask is mtf_dropout's over the general path's
+ * weights (ops/attention.h), drawn per tile. Nodes have one output, so the ops stack theirs:
  *   attention       (q, k, v)          -> F [_attn:2, q dims]: F[0] = o, F[1] = each row's logsumexp
  *                                          (repeated along depth), which the backward pass reuses;
  *   attention_grad  (q, k, v, F, dF)   -> G [_attn_grad:3, q dims]: dq, dk, dv in one pass (the scores and
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "ops/op_def.h"
 
 /* ---- geometry (shared with the kernels) ---- */
@@ -64,28 +66,52 @@ int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attentio
   return offset;
 }
 
+void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
+                             const int64_t *offsets, uint64_t seed, uint64_t key, float keep, mtf_attention_mask *mask) {
+  memset(mask, 0, sizeof *mask);
+  mask->seed = seed;
+  mask->key = key;
+  mask->keep = keep;
+  mask->scale = 1.0f / keep;
+  for (int d = 0; d < geo->batch.rank; d++) {
+    int j = mtf_shape_index_of(out_shape, geo->batch.dims[d].name);
+    mask->global_size[d] = global_dims ? global_dims[j] : geo->batch.dims[d].size;
+    mask->offset[d] = offsets ? offsets[j] : 0;
+  }
+}
+
+uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_attention_mask *mask, int64_t b) {
+  int64_t index = 0, stride = 1;
+  for (int d = geo->batch.rank - 1; d >= 0; d--) {
+    index += (b % geo->batch.dims[d].size + mask->offset[d]) * stride;
+    b /= geo->batch.dims[d].size;
+    stride *= mask->global_size[d];
+  }
+  return (uint64_t)(index * geo->length * geo->length);
+}
+
 int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth) {
   return 3 * length * depth + MTF_ATTENTION_TILE * depth + MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
 }
 
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth) {
-  return 7 * length * depth + 2 * length + 2 * MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
+  return 7 * length * depth + 2 * length + 3 * MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
 }
 
 /* ---- builders ---- */
-static mtf_op_params attention_params(const char *query_dim, const char *memory_dim, const char *depth_dim, float scale) {
+mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
+                                const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
+                                uint64_t dropout_key) {
+  if (!(dropout_rate >= 0.0f && dropout_rate < 1.0f))
+    return mtf_graph_fail(g, MTF_ERR_INVALID, "causal_attention: dropout rate %g must be in [0, 1)", (double)dropout_rate);
   mtf_op_params p;
   memset(&p, 0, sizeof p);
   snprintf(p.attention.dim, sizeof p.attention.dim, "%s", query_dim);
   snprintf(p.attention.memory, sizeof p.attention.memory, "%s", memory_dim);
   snprintf(p.attention.depth, sizeof p.attention.depth, "%s", depth_dim);
   p.attention.scale = scale;
-  return p;
-}
-
-mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
-                                const char *memory_dim, const char *depth_dim, float scale) {
-  mtf_op_params p = attention_params(query_dim, memory_dim, depth_dim, scale);
+  p.attention.keep = 1.0f - dropout_rate; /* as mtf_dropout computes it, so the masks are the same */
+  p.attention.key = dropout_key;
   mtf_tensor in[3] = {q, k, v};
   return mtf_take(g, mtf_graph_add_op(g, MTF_OP_ATTENTION, 3, in, &p, NULL), MTF_ATTENTION_STACK, 0);
 }
@@ -249,8 +275,10 @@ static int64_t attention_scratch(const mtf_step *s) {
 typedef struct ref_problem {
   mtf_attention_geometry geo;
   mtf_attention_view q, k; /* v has k's shape */
+  mtf_attention_mask mask;
   int64_t L, D;
-  double *p, *o, *lse; /* [L, L] probabilities, [L, D] output, [L] logsumexp of one problem */
+  double *p, *drop, *o, *lse; /* [L, L] probabilities and dropout factors (0 or 1 / keep), [L, D] output,
+                               * [L] logsumexp, of one problem */
 } ref_problem;
 
 static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
@@ -260,19 +288,24 @@ static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
   r->k = mtf_attention_view_make(&r->geo, a->in_shape[1], pa->attention.memory, pa->attention.depth, NULL, 0);
   r->L = r->geo.length;
   r->D = r->geo.depth;
+  mtf_attention_mask_make(&r->geo, a->in_shape[0], NULL, NULL, a->g->seed, pa->attention.key, pa->attention.keep,
+                          &r->mask);
   r->p = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
+  r->drop = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
   r->o = malloc(sizeof(double) * (size_t)(r->L * r->D + 1));
   r->lse = malloc(sizeof(double) * (size_t)(r->L + 1));
-  return r->p && r->o && r->lse;
+  return r->p && r->drop && r->o && r->lse;
 }
 
 static void ref_end(ref_problem *r) {
   free(r->p);
+  free(r->drop);
   free(r->o);
   free(r->lse);
 }
 
-/* Problem b: the masked scores' softmax into p (zeros above the diagonal), their logsumexp, o = p v. */
+/* Problem b: the masked scores' softmax into p (zeros above the diagonal), their logsumexp, the dropout
+ * factors, o = (p drop) v. */
 static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
   int64_t bq = mtf_attention_base(&r->geo, &r->q, b), bk = mtf_attention_base(&r->geo, &r->k, b);
   const double *q = a->in[0] + bq, *k = a->in[1] + bk, *v = a->in[2] + bk;
@@ -288,9 +321,15 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
     for (int64_t j = 0; j <= i; j++) sum += exp(row[j] - max);
     r->lse[i] = max + log(sum);
     for (int64_t j = 0; j < r->L; j++) row[j] = j <= i ? exp(row[j] - r->lse[i]) : 0.0;
+    uint64_t base = mtf_attention_mask_base(&r->geo, &r->mask, b) + (uint64_t)(i * r->L);
+    double *drop = r->drop + i * r->L;
+    for (int64_t j = 0; j < r->L; j++)
+      drop[j] = r->mask.keep >= 1.0f ? 1.0
+                : mtf_uniform01(r->mask.seed, r->mask.key, base + (uint64_t)j) < (double)r->mask.keep ? (double)r->mask.scale
+                                                                                                    : 0.0;
     for (int64_t d = 0; d < r->D; d++) {
       double acc = 0;
-      for (int64_t j = 0; j <= i; j++) acc += row[j] * v[j * r->k.pos_stride + d * r->k.depth_stride];
+      for (int64_t j = 0; j <= i; j++) acc += row[j] * drop[j] * v[j * r->k.pos_stride + d * r->k.depth_stride];
       r->o[i * r->D + d] = acc;
     }
   }
@@ -316,8 +355,8 @@ static void attention_reference(const mtf_ref_args *a) {
 }
 
 /* From q, k, v and the forward value's gradient dF alone (the forward value itself recomputed): with
- * dO = dF[0] and dlse_i = sum_d dF[1, i, d], dS_ij = P_ij (dO_i.v_j - dO_i.o_i + dlse_i); dq = scale dS k,
- * dk = scale dS^T q, dv = P^T dO. */
+ * dO = dF[0], dlse_i = sum_d dF[1, i, d] and the dropout factors R, dS_ij = P_ij (R_ij dO_i.v_j - dO_i.o_i
+ * + dlse_i); dq = scale dS k, dk = scale dS^T q, dv = (P R)^T dO. */
 static void attention_grad_reference(const mtf_ref_args *a) {
   const mtf_op_params *pa = &a->n->params;
   const char *qd = pa->attention.dim, *dd = pa->attention.depth;
@@ -346,7 +385,7 @@ static void attention_grad_reference(const mtf_ref_args *a) {
       for (int64_t j = 0; j < r.L; j++) {
         double dp = 0;
         for (int64_t d = 0; d < r.D; d++) dp += DO(i, d) * v[j * r.k.pos_stride + d * r.k.depth_stride];
-        ds[i * r.L + j] = r.p[i * r.L + j] * (dp - delta + extra);
+        ds[i * r.L + j] = r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra);
       }
     }
     for (int64_t i = 0; i < r.L; i++)
@@ -355,7 +394,7 @@ static void attention_grad_reference(const mtf_ref_args *a) {
         for (int64_t j = 0; j < r.L; j++) {
           dq += ds[i * r.L + j] * k[j * r.k.pos_stride + d * r.k.depth_stride];
           dk += ds[j * r.L + i] * q[j * r.q.pos_stride + d * r.q.depth_stride];
-          dv += r.p[j * r.L + i] * DO(j, d);
+          dv += r.p[j * r.L + i] * r.drop[j * r.L + i] * DO(j, d);
         }
         int64_t at = i * vg[0].pos_stride + d * vg[0].depth_stride; /* one shape: the same for all three */
         g[0][at] = scale * dq;

@@ -33,9 +33,25 @@ mtf_attention_view mtf_attention_view_make(const mtf_attention_geometry *geo, co
 /* Offset of problem b's element (position 0, feature 0). */
 int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attention_view *v, int64_t b);
 
+/* Dropout of the attention weights: the mask mtf_dropout(weights, 1 - keep, key) would draw, over the
+ * weights of the general path, [batch dims (q's order), query, memory], from global indices, so it is the
+ * same on every layout: weight (i, j) of problem b is kept when
+ *   mtf_uniform01(seed, key, mtf_attention_mask_base(b) + i * length + j) < keep, and then scaled by 1 / keep. */
+typedef struct mtf_attention_mask {
+  uint64_t seed, key; /* key: with the run's offset mixed in (mtf_run_key) */
+  float keep, scale;
+  int64_t global_size[MTF_MAX_RANK], offset[MTF_MAX_RANK]; /* per batch dim: whole size, this slice's start */
+} mtf_attention_mask;
+
+/* From a step's output shape, global dims and offsets (NULL, NULL: whole tensors, as the reference sees). */
+void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
+                             const int64_t *offsets, uint64_t seed, uint64_t key, float keep, mtf_attention_mask *mask);
+uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_attention_mask *mask, int64_t b);
+
 /* Scratch of one kernel step (elements), laid out by the kernels as
  *   forward:  q, k, v packed [length, depth] | accumulator [TILE, depth] | scores [TILE, TILE]
- *   backward: q, k, v, do, dq, dk, dv packed [length, depth] | lse, delta [length] | p, dp [TILE, TILE] */
+ *   backward: q, k, v, do, dq, dk, dv packed [length, depth] | lse, delta [length] | p, dp, p dropped
+ *             [TILE, TILE] */
 int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
 

@@ -7,11 +7,15 @@
  * a new block of scores rescales the accumulator by exp(m_old - m_new). o = acc / l, lse = m + log l.
  * Backward (per block of memory rows j, then the query blocks i >= j): P = exp(S - lse) from the forward
  * pass's logsumexp, dV_j += P^T dO_i, dP = dO_i V_j^T, dS = P (dP - delta) with delta = rowsum(dO o) - dlse,
- * dQ_i += scale dS K_j, dK_j += scale dS^T Q_i: five products per block, no [length, length] buffer. */
+ * dQ_i += scale dS K_j, dK_j += scale dS^T Q_i: five products per block, no [length, length] buffer.
+ * Dropout of the weights (ops/attention.h's mask, recomputed per block from global indices): the forward
+ * pass sums the kept and dropped probabilities into l but accumulates only the kept ones, scaled; the
+ * backward pass uses P R (R: 0 or 1 / keep) for dV and dS = P R dP - P delta. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "exec/cpu/attention.h"
 #include "ops/attention.h"
 
@@ -19,15 +23,28 @@ enum { TILE = MTF_ATTENTION_TILE };
 
 typedef struct problem {
   mtf_attention_geometry geo;
+  mtf_attention_mask mask;
+  int dropout;
   int64_t L, D;
 } problem;
 
-static problem problem_of(const mtf_step *st) {
+static problem problem_of(const mtf_step *st, const mtf_kernel_args *a) {
   problem p;
-  mtf_attention_geometry_make(&st->in_shape[0], st->params.attention.dim, st->params.attention.depth, &p.geo);
+  const mtf_op_params *pa = &st->params;
+  mtf_attention_geometry_make(&st->in_shape[0], pa->attention.dim, pa->attention.depth, &p.geo);
+  mtf_attention_mask_make(&p.geo, &st->out_shape, st->global_dims, st->offsets, st->seed,
+                          mtf_run_key(pa->attention.key, a->random_offset), pa->attention.keep, &p.mask);
+  p.dropout = pa->attention.keep < 1.0f;
   p.L = p.geo.length;
   p.D = p.geo.depth;
   return p;
+}
+
+/* row[j] *= the dropout factor of weight (i, j0 + j), j < n. */
+static void drop_row(const problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n, float *row) {
+  uint64_t at = base + (uint64_t)(i * p->L + j0);
+  for (int64_t j = 0; j < n; j++)
+    row[j] = mtf_uniform01(p->mask.seed, p->mask.key, at + (uint64_t)j) < (double)p->mask.keep ? row[j] * p->mask.scale : 0.0f;
 }
 
 static void pack(const problem *p, const float *x, const mtf_attention_view *v, int64_t b, float *out) {
@@ -57,10 +74,11 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* Columns of a score block (memory rows j0..) that query row i may see. */
 static inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return min64(nk, i - j0 + 1); }
 
-static void forward_problem(const problem *p, const float *Q, const float *K, const float *V, float scale,
+static void forward_problem(const problem *p, int64_t b, const float *Q, const float *K, const float *V, float scale,
                             float *acc, float *S, float *out, const mtf_attention_view *vo, float *lse_out,
                             const mtf_attention_view *vl) {
   int64_t L = p->L, D = p->D;
+  uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
   for (int64_t i0 = 0; i0 < L; i0 += TILE) {
     int64_t nq = min64(TILE, L - i0);
     float m[TILE];
@@ -80,6 +98,7 @@ static void forward_problem(const problem *p, const float *Q, const float *K, co
         double sum = 0;
         for (int64_t j = 0; j < n; j++) sum += (row[j] = expf(row[j] - max));
         for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
+        if (p->dropout) drop_row(p, mask_base, i0 + r, j0, n, row);
         l[r] = l[r] * correction + sum;
         m[r] = max;
         if (correction != 1.0f)
@@ -101,7 +120,7 @@ static void forward_problem(const problem *p, const float *Q, const float *K, co
 
 static int k_attention(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   (void)be;
-  problem p = problem_of(st);
+  problem p = problem_of(st, a);
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
   mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
@@ -113,18 +132,21 @@ static int k_attention(mtf_backend *be, const mtf_step *st, const mtf_kernel_arg
     pack(&p, a->in[1], &vk, b, K);
     pack(&p, a->in[2], &vk, b, V);
     float *out = a->out;
-    forward_problem(&p, Q, K, V, st->params.attention.scale, acc, S, out + mtf_attention_base(&p.geo, &vo, b), &vo,
+    forward_problem(&p, b, Q, K, V, st->params.attention.scale, acc, S, out + mtf_attention_base(&p.geo, &vo, b), &vo,
                     out + mtf_attention_base(&p.geo, &vl, b), &vl);
   }
   return MTF_OK;
 }
 
 typedef struct grad_buffers {
-  float *Q, *K, *V, *dO, *dQ, *dK, *dV, *lse, *delta, *P, *dP;
+  float *Q, *K, *V, *dO, *dQ, *dK, *dV, *lse, *delta, *P, *dP, *PR;
 } grad_buffers;
 
-static void backward_problem(const problem *p, const grad_buffers *w, float scale) {
+static void backward_problem(const problem *p, int64_t b, const grad_buffers *w, float scale) {
   int64_t L = p->L, D = p->D;
+  uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
+  /* Without dropout P R is P. */
+  const float *PR = p->dropout ? w->PR : w->P;
   memset(w->dQ, 0, sizeof(float) * (size_t)(3 * L * D)); /* dQ, dK, dV are adjacent */
   for (int64_t j0 = 0; j0 < L; j0 += TILE) {
     int64_t nk = min64(TILE, L - j0);
@@ -137,15 +159,19 @@ static void backward_problem(const problem *p, const grad_buffers *w, float scal
         int64_t n = visible(i0 + r, j0, nk);
         for (int64_t j = 0; j < n; j++) row[j] = expf(row[j] - lse);
         for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
+        if (p->dropout) {
+          memcpy(w->PR + r * TILE, row, sizeof(float) * (size_t)nk);
+          drop_row(p, mask_base, i0 + r, j0, n, w->PR + r * TILE);
+        }
       }
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq, 1.0f, w->P, TILE, w->dO + i0 * D,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq, 1.0f, PR, TILE, w->dO + i0 * D,
                   (int)D, 1.0f, w->dV + j0 * D, (int)D);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)D, 1.0f, w->dO + i0 * D, (int)D,
                   w->V + j0 * D, (int)D, 0.0f, w->dP, TILE);
       for (int64_t r = 0; r < nq; r++) {
-        const float *prow = w->P + r * TILE;
+        const float *prow = w->P + r * TILE, *prrow = PR + r * TILE;
         float *drow = w->dP + r * TILE, delta = w->delta[i0 + r];
-        for (int64_t j = 0; j < nk; j++) drow[j] = prow[j] * (drow[j] - delta);
+        for (int64_t j = 0; j < nk; j++) drow[j] = prrow[j] * drow[j] - prow[j] * delta;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D, (int)nk, scale, w->dP, TILE,
                   w->K + j0 * D, (int)D, 1.0f, w->dQ + i0 * D, (int)D);
@@ -158,7 +184,7 @@ static void backward_problem(const problem *p, const grad_buffers *w, float scal
 /* Inputs q, k, v, F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv]. */
 static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   (void)be;
-  problem p = problem_of(st);
+  problem p = problem_of(st, a);
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
   mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
@@ -171,7 +197,8 @@ static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kerne
   int64_t LD = p.L * p.D;
   float *base = a->scratch;
   grad_buffers w = {base, base + LD, base + 2 * LD, base + 3 * LD, base + 4 * LD, base + 5 * LD, base + 6 * LD,
-                    base + 7 * LD, base + 7 * LD + p.L, base + 7 * LD + 2 * p.L, base + 7 * LD + 2 * p.L + TILE * TILE};
+                    base + 7 * LD, base + 7 * LD + p.L, base + 7 * LD + 2 * p.L, base + 7 * LD + 2 * p.L + TILE * TILE,
+                    base + 7 * LD + 2 * p.L + 2 * TILE * TILE};
   const float *F = a->in[3], *dF = a->in[4];
   for (int64_t b = 0; b < p.geo.count; b++) {
     pack(&p, a->in[0], &vq, b, w.Q);
@@ -189,7 +216,7 @@ static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kerne
       w.lse[i] = lse[i * vf[1].pos_stride];
       w.delta[i] = (float)(dot - extra);
     }
-    backward_problem(&p, &w, st->params.attention.scale);
+    backward_problem(&p, b, &w, st->params.attention.scale);
     unpack(&p, w.dQ, &vg[0], b, a->out);
     unpack(&p, w.dK, &vg[1], b, a->out);
     unpack(&p, w.dV, &vg[2], b, a->out);
