@@ -133,6 +133,15 @@ mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor
 mtf_tensor mtf_masked_fill(mtf_graph *g, mtf_tensor x, mtf_tensor mask, float fill);
 /* Keeps x[query_dim = i, memory_dim = j] for j <= i and fills the rest with -1e9. */
 mtf_tensor mtf_causal_mask(mtf_graph *g, mtf_tensor x, const char *query_dim, const char *memory_dim);
+/* Causal self-attention, fused: softmax over memory_dim of (q . k) * scale, keeping memory positions <= the
+ * query position, then dropout (rate, key) on those weights, times v. q has query_dim and depth_dim; k and v
+ * have q's dims with memory_dim (same size) for query_dim, in any order. Computed blockwise with an online
+ * softmax, never materialising the scores; the same values as the general decomposition (einsum,
+ * mtf_causal_mask, softmax, mtf_dropout(rate, key) of the weights [q's other dims in q's order, query_dim,
+ * memory_dim], einsum), dropout mask included. */
+mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
+                                const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
+                                uint64_t dropout_key);
 /* Zeroes each element with probability rate and scales the rest by 1/(1-rate); the mask depends only
  * on (graph seed, key, global element index). rate 0 returns x. */
 mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key);

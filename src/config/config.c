@@ -41,6 +41,8 @@ static const key_spec schema[] = {
     {"model.tie_embeddings", KEY_BOOL, F(model.tie_embeddings), "true", 0, 1, NULL,
      "logits from the embedding (scaled by d_model^-0.5) instead of a separate [d_model, vocab]"},
     {"model.dropout", KEY_FLOAT, F(model.dropout), "0.0", 0, 0.99, NULL, "dropout rate in training"},
+    {"model.fused_attention", KEY_BOOL, F(model.fused_attention), "true", 0, 1, NULL,
+     "attention as one fused op (blockwise softmax, dropout inside, no [length, length] tensors)"},
     {"model.z_loss", KEY_FLOAT, F(model.z_loss), "0.0001", 0, 1, NULL, "weight of log(Z)^2 in the loss"},
     {"mesh.shape", KEY_MESH, F(mesh_shape), "\"\"", 0, 0, NULL, "mesh axes and sizes: {b: 2, m: 4} or \"b:2;m:4\""},
     {"mesh.layout", KEY_TEXT, F(mesh_layout), "\"\"", 0, 0, NULL, "layout rules: \"batch:b;d_ff:m;heads:m;vocab:m\""},

@@ -23,6 +23,7 @@ typedef struct mtf_model_config {
   char activation[MTF_CONFIG_TEXT]; /* relu | gelu */
   int tie_embeddings;
   double dropout, z_loss;
+  int fused_attention;              /* attention as one fused op (ops/attention.c) */
 } mtf_model_config;
 
 typedef struct mtf_train_config {

@@ -7,7 +7,7 @@
 #include "core/rng.h"
 #include "mtf.h"
 
-#define MTF_MAX_OP_INPUTS 3
+#define MTF_MAX_OP_INPUTS 5 /* attention_grad reads q, k, v, its forward value and that value's gradient */
 
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
@@ -38,6 +38,9 @@ typedef enum mtf_op_kind {
   MTF_OP_RMS_NORM_GRAD,     /* d x of rms_norm; inputs x, dy */
   MTF_OP_SOFTMAX_XENT_GRAD, /* d logits of softmax_cross_entropy (params.xent); inputs logits, labels, dy */
   MTF_OP_GELU_GRAD,         /* dy * gelu'(x); inputs x, dy */
+  MTF_OP_ATTENTION,     /* fused causal attention (ops/attention.c): [_attn:2, q dims] = o, logsumexp per row */
+  MTF_OP_ATTENTION_GRAD,/* its backward in one pass: [_attn_grad:3, q dims] = dq, dk, dv */
+  MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -65,6 +68,14 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
   struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
   struct { float value; } fill;
+  /* attention: query positions along dim, key/value positions along memory, features along depth; the
+   * weights kept with probability keep (1: no dropout) by the random_keep mask of `key` */
+  struct {
+    char dim[MTF_NAME_MAX], memory[MTF_NAME_MAX], depth[MTF_NAME_MAX];
+    float scale, keep;
+    uint64_t key;
+  } attention;
+  struct { char dim[MTF_NAME_MAX]; int index; } take;
 } mtf_op_params;
 
 typedef struct mtf_node {
@@ -120,6 +131,8 @@ mtf_tensor mtf_norm_grad(mtf_graph *g, mtf_op_kind forward, mtf_tensor x, mtf_te
 mtf_tensor mtf_softmax_xent_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy, const char *dim,
                                  float z_loss);
 mtf_tensor mtf_gelu_grad(mtf_graph *g, mtf_tensor x, mtf_tensor dy);
+/* x's slice at `index` along `dim`, without that dim (ops/attention.c: unstacks attention's outputs). */
+mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

@@ -346,6 +346,49 @@ int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) {
   return MTF_OK;
 }
 
+static int named_in(const char *name, int n_dims, const char *const *dims) {
+  for (int i = 0; i < n_dims; i++)
+    if (strcmp(name, dims[i]) == 0) return 1;
+  return 0;
+}
+
+int mtf_lower_input_whole(mtf_lowering *lw, int node, int k, int n_dims, const char *const *dims, int *buffer,
+                          mtf_shape *shape) {
+  int input = lw->g->nodes[node].inputs[k];
+  MTF_CHECK(mtf_lower_input(lw, node, k, buffer, shape));
+  const mtf_tensor_layout *layout = &lw->plan->layouts[input];
+  for (int d = 0; d < shape->rank; d++)
+    if (layout->mesh_axis[d] >= 0 && named_in(shape->dims[d].name, n_dims, dims))
+      MTF_CHECK(gather_dim(lw, node, buffer, shape, d, layout->mesh_axis[d]));
+  return MTF_OK;
+}
+
+mtf_shape mtf_lowering_shape_whole(const mtf_lowering *lw, int node, int n_dims, const char *const *dims) {
+  mtf_shape s = local_shape(lw->plan, node);
+  const mtf_shape *whole = &lw->g->nodes[node].shape;
+  for (int d = 0; d < s.rank; d++)
+    if (named_in(s.dims[d].name, n_dims, dims)) s.dims[d].size = whole->dims[d].size;
+  return s;
+}
+
+int mtf_lower_set_value_sliced(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape) {
+  mtf_plan *p = lw->plan;
+  mtf_shape local = local_shape(p, node);
+  int64_t node_offsets[MTF_MAX_RANK], offsets[MTF_MAX_RANK] = {0};
+  mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, node_offsets);
+  int need_slice = 0;
+  for (int d = 0; d < shape->rank; d++)
+    if (shape->dims[d].size != local.dims[d].size) {
+      offsets[d] = node_offsets[d];
+      need_slice = 1;
+    }
+  if (!need_slice) {
+    p->value_buffer[node] = buffer;
+    return MTF_OK;
+  }
+  return slice_to(lw, node, buffer, shape, offsets);
+}
+
 static int same_sizes(const mtf_shape *a, const mtf_shape *b) {
   if (a->rank != b->rank) return 0;
   for (int i = 0; i < a->rank; i++)

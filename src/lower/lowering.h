@@ -47,4 +47,15 @@ int mtf_lower_input(mtf_lowering *lw, int node, int k, int *buffer, mtf_shape *l
 /* Makes `buffer` node's value. */
 void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer);
 
+/* For kernels that need some dims whole (fused attention's positions and features): node's input k,
+ * materialized and allgathered along each dim named in `dims` that its layout splits (no step where none
+ * is split), with its shape. */
+int mtf_lower_input_whole(mtf_lowering *lw, int node, int k, int n_dims, const char *const *dims, int *buffer,
+                          mtf_shape *shape);
+/* Node's local shape with the dims named in `dims` at their full size. */
+mtf_shape mtf_lowering_shape_whole(const mtf_lowering *lw, int node, int n_dims, const char *const *dims);
+/* Makes `buffer`, node's value at mtf_lowering_shape_whole's shape, node's value: sliced to node's layout
+ * where that shape is whole along a split dim, used as it is otherwise. */
+int mtf_lower_set_value_sliced(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape);
+
 #endif

@@ -81,12 +81,19 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
   mtf_tensor q = mtf_einsum2(g, h, wq, &qkv);
   mtf_tensor k = mtf_rename(g, mtf_einsum2(g, h, wk, &qkv), "length", "memory_length");
   mtf_tensor v = mtf_rename(g, mtf_einsum2(g, h, wv, &qkv), "length", "memory_length");
-  mtf_shape logits_shape = shape_of("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
-                                    (long long)activations->dims[0].size, (long long)m->heads, (long long)m->length,
-                                    (long long)m->length);
-  mtf_tensor logits = mtf_causal_mask(g, mtf_einsum2(g, q, k, &logits_shape), "length", "memory_length");
-  mtf_tensor weights = dropout(b, mtf_softmax(g, logits, "memory_length"));
-  mtf_tensor o = mtf_einsum2(g, weights, v, &qkv);
+  mtf_tensor o;
+  if (m->fused_attention) {
+    /* The same function, dropout mask included (the same key), without the [batch, heads, length,
+     * memory_length] tensors; the scores' scale is in wq's initialisation. */
+    o = mtf_causal_attention(g, q, k, v, "length", "memory_length", "d_kv", 1.0f, b->dropout, b->dropout_key++);
+  } else {
+    mtf_shape logits_shape = shape_of("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
+                                      (long long)activations->dims[0].size, (long long)m->heads, (long long)m->length,
+                                      (long long)m->length);
+    mtf_tensor logits = mtf_causal_mask(g, mtf_einsum2(g, q, k, &logits_shape), "length", "memory_length");
+    mtf_tensor weights = dropout(b, mtf_softmax(g, logits, "memory_length"));
+    o = mtf_einsum2(g, weights, v, &qkv);
+  }
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, o, wo, activations)));
 }
 

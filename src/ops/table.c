@@ -33,6 +33,9 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_RMS_NORM_GRAD] = &mtf_op_rms_norm_grad,
     [MTF_OP_SOFTMAX_XENT_GRAD] = &mtf_op_softmax_xent_grad,
     [MTF_OP_GELU_GRAD] = &mtf_op_gelu_grad,
+    [MTF_OP_ATTENTION] = &mtf_op_attention,
+    [MTF_OP_ATTENTION_GRAD] = &mtf_op_attention_grad,
+    [MTF_OP_TAKE] = &mtf_op_take,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }

@@ -1,0 +1,428 @@
+/* Fused causal attention: o = dropout(softmax_memory(q.k * scale, memory position <= query position)) v,
+ * computed by the kernels blockwise with an online softmax (tiles above the diagonal skipped), never
+ * materialising the [query, memory] scores; the dropout mask is mtf_dropout's over the general path's
+ * weights (ops/attention.h), drawn per tile. Nodes have one output, so the ops stack theirs:
+ *   attention       (q, k, v)          -> F [_attn:2, q dims]: F[0] = o, F[1] = each row's logsumexp
+ *                                          (repeated along depth), which the backward pass reuses;
+ *   attention_grad  (q, k, v, F, dF)   -> G [_attn_grad:3, q dims]: dq, dk, dv in one pass (the scores and
+ *                                          probabilities recomputed tile by tile, dS = P (dP - D + dlse));
+ *   take            (x)                -> x's slice at an index of a dim, without that dim.
+ * The builder returns take(F, 0), so o is an ordinary tensor; take's gradient puts dy back into its slice
+ * of the stack, and F's gradient is one attention_grad node whose three parts are taken out for q, k, v.
+ *
+ * Lowering: the kernels need the positions and features whole. Dims other than those (batch, heads) may be
+ * split: each rank computes its own problems, with no communication. A layout splitting the query or
+ * memory positions or the features gathers those inputs whole first and slices the result back to the
+ * layout: correct on every layout, but the work along that mesh axis is repeated on each rank of it, so
+ * such layouts are better served by the general path (model.fused_attention: false). */
+#include "ops/attention.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "ops/op_def.h"
+
+/* ---- geometry (shared with the kernels) ---- */
+void mtf_attention_geometry_make(const mtf_shape *q, const char *query_dim, const char *depth_dim,
+                                 mtf_attention_geometry *geo) {
+  memset(geo, 0, sizeof *geo);
+  geo->count = 1;
+  for (int d = 0; d < q->rank; d++) {
+    const mtf_dim *dim = &q->dims[d];
+    if (strcmp(dim->name, query_dim) == 0) geo->length = dim->size;
+    else if (strcmp(dim->name, depth_dim) == 0) geo->depth = dim->size;
+    else {
+      geo->batch.dims[geo->batch.rank++] = *dim;
+      geo->count *= dim->size;
+    }
+  }
+}
+
+mtf_attention_view mtf_attention_view_make(const mtf_attention_geometry *geo, const mtf_shape *s, const char *pos_dim,
+                                           const char *depth_dim, const char *stack, int index) {
+  mtf_attention_view v;
+  memset(&v, 0, sizeof v);
+  int64_t stride = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    const char *name = s->dims[d].name;
+    if (strcmp(name, pos_dim) == 0) v.pos_stride = stride;
+    else if (strcmp(name, depth_dim) == 0) v.depth_stride = stride;
+    else if (stack && strcmp(name, stack) == 0) v.offset = index * stride;
+    else v.batch_stride[mtf_shape_index_of(&geo->batch, name)] = stride;
+    stride *= s->dims[d].size;
+  }
+  return v;
+}
+
+int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attention_view *v, int64_t b) {
+  int64_t offset = v->offset;
+  for (int d = geo->batch.rank - 1; d >= 0; d--) {
+    offset += (b % geo->batch.dims[d].size) * v->batch_stride[d];
+    b /= geo->batch.dims[d].size;
+  }
+  return offset;
+}
+
+void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
+                             const int64_t *offsets, uint64_t seed, uint64_t key, float keep, mtf_attention_mask *mask) {
+  memset(mask, 0, sizeof *mask);
+  mask->seed = seed;
+  mask->key = key;
+  mask->keep = keep;
+  mask->scale = 1.0f / keep;
+  for (int d = 0; d < geo->batch.rank; d++) {
+    int j = mtf_shape_index_of(out_shape, geo->batch.dims[d].name);
+    mask->global_size[d] = global_dims ? global_dims[j] : geo->batch.dims[d].size;
+    mask->offset[d] = offsets ? offsets[j] : 0;
+  }
+}
+
+uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_attention_mask *mask, int64_t b) {
+  int64_t index = 0, stride = 1;
+  for (int d = geo->batch.rank - 1; d >= 0; d--) {
+    index += (b % geo->batch.dims[d].size + mask->offset[d]) * stride;
+    b /= geo->batch.dims[d].size;
+    stride *= mask->global_size[d];
+  }
+  return (uint64_t)(index * geo->length * geo->length);
+}
+
+int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth) {
+  return 3 * length * depth + MTF_ATTENTION_TILE * depth + MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
+}
+
+int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth) {
+  return 7 * length * depth + 2 * length + 3 * MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
+}
+
+/* ---- builders ---- */
+mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
+                                const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
+                                uint64_t dropout_key) {
+  if (!(dropout_rate >= 0.0f && dropout_rate < 1.0f))
+    return mtf_graph_fail(g, MTF_ERR_INVALID, "causal_attention: dropout rate %g must be in [0, 1)", (double)dropout_rate);
+  mtf_op_params p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.attention.dim, sizeof p.attention.dim, "%s", query_dim);
+  snprintf(p.attention.memory, sizeof p.attention.memory, "%s", memory_dim);
+  snprintf(p.attention.depth, sizeof p.attention.depth, "%s", depth_dim);
+  p.attention.scale = scale;
+  p.attention.keep = 1.0f - dropout_rate; /* as mtf_dropout computes it, so the masks are the same */
+  p.attention.key = dropout_key;
+  mtf_tensor in[3] = {q, k, v};
+  return mtf_take(g, mtf_graph_add_op(g, MTF_OP_ATTENTION, 3, in, &p, NULL), MTF_ATTENTION_STACK, 0);
+}
+
+mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index) {
+  mtf_op_params p;
+  memset(&p, 0, sizeof p);
+  snprintf(p.take.dim, sizeof p.take.dim, "%s", dim);
+  p.take.index = index;
+  return mtf_graph_add_op(g, MTF_OP_TAKE, 1, &x, &p, NULL);
+}
+
+/* ---- shape rules ---- */
+static int fail_shape(mtf_graph *g, const mtf_node *n, int k, const char *why) {
+  char s[MTF_SHAPE_STR_MAX];
+  const mtf_node *x = &g->nodes[n->inputs[k]];
+  mtf_graph_fail(g, MTF_ERR_INVALID, "%s: '%s' %s %s", mtf_op(n->kind)->name, x->name,
+                 mtf_shape_format(&x->shape, s, sizeof s), why);
+  return g->error.code;
+}
+
+/* [stack:size] followed by q's dims. */
+static int stacked_shape(mtf_graph *g, mtf_node *n, const char *stack, int64_t size) {
+  mtf_error err;
+  const mtf_shape *q = &g->nodes[n->inputs[0]].shape;
+  memset(&n->shape, 0, sizeof n->shape);
+  int rc = mtf_shape_append(&n->shape, stack, size, &err);
+  for (int d = 0; d < q->rank && rc == MTF_OK; d++) rc = mtf_shape_append(&n->shape, q->dims[d].name, q->dims[d].size, &err);
+  if (rc) {
+    mtf_graph_fail(g, rc, "%s: %s", mtf_op(n->kind)->name, err.msg);
+    return rc;
+  }
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+static int attention_infer(mtf_graph *g, mtf_node *n) {
+  const char *qd = n->params.attention.dim, *md = n->params.attention.memory, *dd = n->params.attention.depth;
+  MTF_ASSERT(n->n_inputs == (n->kind == MTF_OP_ATTENTION ? 3 : 5)); /* the builders' */
+  if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1)) return g->error.code;
+  const mtf_shape *q = &g->nodes[n->inputs[0]].shape, *k = &g->nodes[n->inputs[1]].shape,
+                  *v = &g->nodes[n->inputs[2]].shape;
+  char why[160];
+  snprintf(why, sizeof why, "needs dimensions '%s' and '%s' and no '%s' or '%s'", qd, dd, md, MTF_ATTENTION_STACK);
+  if (!mtf_shape_has(q, qd) || !mtf_shape_has(q, dd) || mtf_shape_has(q, md) || mtf_shape_has(q, MTF_ATTENTION_STACK) ||
+      mtf_shape_has(q, MTF_ATTENTION_GRAD_STACK))
+    return fail_shape(g, n, 0, why);
+  /* k: q's dims with the memory dim (of the same size: causal self-attention) for the query dim. */
+  snprintf(why, sizeof why, "must have the query's dimensions with '%s' for '%s', of the same size", md, qd);
+  if (k->rank != q->rank || mtf_shape_has(k, qd) || !mtf_shape_has(k, md)) return fail_shape(g, n, 1, why);
+  for (int d = 0; d < k->rank; d++) {
+    const char *name = strcmp(k->dims[d].name, md) == 0 ? qd : k->dims[d].name;
+    int j = mtf_shape_index_of(q, name);
+    if (j < 0 || q->dims[j].size != k->dims[d].size) return fail_shape(g, n, 1, why);
+  }
+  if (!mtf_shape_equal(v, k)) return fail_shape(g, n, 2, "must have the keys' shape");
+  if (n->kind == MTF_OP_ATTENTION) return stacked_shape(g, n, MTF_ATTENTION_STACK, 2);
+  /* The gradient: inputs 3 and 4 are the forward value and its gradient, [_attn:2, q dims]. */
+  MTF_CHECK(stacked_shape(g, n, MTF_ATTENTION_GRAD_STACK, 3));
+  mtf_shape forward = n->shape;
+  snprintf(forward.dims[0].name, MTF_NAME_MAX, "%s", MTF_ATTENTION_STACK);
+  forward.dims[0].size = 2;
+  for (int i = 3; i < 5; i++)
+    if (!mtf_shape_equal(&g->nodes[n->inputs[i]].shape, &forward)) return fail_shape(g, n, i, "must have the forward value's shape");
+  return MTF_OK;
+}
+
+static int take_infer(mtf_graph *g, mtf_node *n) {
+  const char *dim = n->params.take.dim;
+  if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
+  if (!mtf_op_needs_dim(g, n, 0, dim, "take")) return g->error.code;
+  const mtf_shape *x = &g->nodes[n->inputs[0]].shape;
+  int64_t size = x->dims[mtf_shape_index_of(x, dim)].size;
+  if (n->params.take.index < 0 || n->params.take.index >= size) {
+    mtf_graph_fail(g, MTF_ERR_INVALID, "take: index %d is outside '%s' of size %lld", n->params.take.index, dim,
+                   (long long)size);
+    return g->error.code;
+  }
+  mtf_shape_remove(x, dim, &n->shape, NULL);
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+/* ---- gradients ---- */
+static void attention_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  mtf_tensor in[5] = {n.inputs[0], n.inputs[1], n.inputs[2], self, dy};
+  mtf_tensor grads = mtf_graph_add_op(g, MTF_OP_ATTENTION_GRAD, 5, in, &n.params, NULL);
+  for (int k = 0; k < 3; k++) {
+    if (!mtf_grad_wanted(ctx, &n, k)) continue;
+    mtf_tensor part = mtf_take(g, grads, MTF_ATTENTION_GRAD_STACK, k);
+    if (k > 0) part = mtf_rename(g, part, n.params.attention.dim, n.params.attention.memory);
+    mtf_grad_accumulate(ctx, n.inputs[k], part);
+  }
+}
+
+/* dy in slice `index` of the stack, zeros in the others: dy times the one-hot vector of index. */
+static void take_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
+  mtf_graph *g = ctx->g;
+  const mtf_node n = g->nodes[self];
+  const mtf_shape *x = &g->nodes[n.inputs[0]].shape, scalar = {0};
+  mtf_dim dim = x->dims[mtf_shape_index_of(x, n.params.take.dim)];
+  mtf_tensor hot = mtf_one_hot(g, mtf_constant(g, &scalar, (float)n.params.take.index), &dim);
+  mtf_grad_accumulate(ctx, n.inputs[0], mtf_multiply(g, hot, dy));
+}
+
+/* ---- lowering ---- */
+static int lower_whole(mtf_lowering *lw, int node, int n_dims, const char *const *dims) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  int in[MTF_MAX_OP_INPUTS], out;
+  mtf_shape in_shapes[MTF_MAX_OP_INPUTS];
+  mtf_dtype in_dtypes[MTF_MAX_OP_INPUTS];
+  for (int k = 0; k < n->n_inputs; k++) {
+    MTF_CHECK(mtf_lower_input_whole(lw, node, k, n_dims, dims, &in[k], &in_shapes[k]));
+    in_dtypes[k] = MTF_F32;
+  }
+  mtf_shape out_shape = mtf_lowering_shape_whole(lw, node, n_dims, dims);
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, &out));
+  return mtf_lower_set_value_sliced(lw, node, out, &out_shape);
+}
+
+static int attention_lower(mtf_lowering *lw, int node) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  const char *dims[5] = {n->params.attention.dim, n->params.attention.memory, n->params.attention.depth,
+                         MTF_ATTENTION_STACK, MTF_ATTENTION_GRAD_STACK};
+  return lower_whole(lw, node, 5, dims);
+}
+
+static int take_lower(mtf_lowering *lw, int node) {
+  const char *dims[1] = {mtf_lowering_graph(lw)->nodes[node].params.take.dim};
+  return lower_whole(lw, node, 1, dims);
+}
+
+/* ---- FLOPs and scratch: the causal half of the score matrix, length (length + 1) / 2 pairs ---- */
+static mtf_attention_geometry step_geometry(const mtf_step *s) {
+  mtf_attention_geometry geo;
+  mtf_attention_geometry_make(&s->in_shape[0], s->params.attention.dim, s->params.attention.depth, &geo);
+  return geo;
+}
+
+/* Forward per pair: q.k and p v (2 depth each), scale, max, exp, sum. */
+static int64_t attention_flops(const mtf_step *s) {
+  mtf_attention_geometry geo = step_geometry(s);
+  return geo.count * (geo.length * (geo.length + 1) / 2) * (4 * geo.depth + 4);
+}
+
+/* Backward per pair: q.k again, dv, dp, dq, dk (2 depth each), exp and dS; per row D = do.o. */
+static int64_t attention_grad_flops(const mtf_step *s) {
+  mtf_attention_geometry geo = step_geometry(s);
+  return geo.count * ((geo.length * (geo.length + 1) / 2) * (10 * geo.depth + 4) + 2 * geo.length * geo.depth);
+}
+
+static int64_t attention_scratch(const mtf_step *s) {
+  mtf_attention_geometry geo = step_geometry(s);
+  return s->op == MTF_OP_ATTENTION ? mtf_attention_scratch_forward(geo.length, geo.depth)
+                                   : mtf_attention_scratch_backward(geo.length, geo.depth);
+}
+
+/* ---- references: the unfused formula in double, whole tensors ---- */
+typedef struct ref_problem {
+  mtf_attention_geometry geo;
+  mtf_attention_view q, k; /* v has k's shape */
+  mtf_attention_mask mask;
+  int64_t L, D;
+  double *p, *drop, *o, *lse; /* [L, L] probabilities and dropout factors (0 or 1 / keep), [L, D] output,
+                               * [L] logsumexp, of one problem */
+} ref_problem;
+
+static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
+  const mtf_op_params *pa = &a->n->params;
+  mtf_attention_geometry_make(a->in_shape[0], pa->attention.dim, pa->attention.depth, &r->geo);
+  r->q = mtf_attention_view_make(&r->geo, a->in_shape[0], pa->attention.dim, pa->attention.depth, NULL, 0);
+  r->k = mtf_attention_view_make(&r->geo, a->in_shape[1], pa->attention.memory, pa->attention.depth, NULL, 0);
+  r->L = r->geo.length;
+  r->D = r->geo.depth;
+  mtf_attention_mask_make(&r->geo, a->in_shape[0], NULL, NULL, a->g->seed, pa->attention.key, pa->attention.keep,
+                          &r->mask);
+  r->p = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
+  r->drop = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
+  r->o = malloc(sizeof(double) * (size_t)(r->L * r->D + 1));
+  r->lse = malloc(sizeof(double) * (size_t)(r->L + 1));
+  return r->p && r->drop && r->o && r->lse;
+}
+
+static void ref_end(ref_problem *r) {
+  free(r->p);
+  free(r->drop);
+  free(r->o);
+  free(r->lse);
+}
+
+/* Problem b: the masked scores' softmax into p (zeros above the diagonal), their logsumexp, the dropout
+ * factors, o = (p drop) v. */
+static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
+  int64_t bq = mtf_attention_base(&r->geo, &r->q, b), bk = mtf_attention_base(&r->geo, &r->k, b);
+  const double *q = a->in[0] + bq, *k = a->in[1] + bk, *v = a->in[2] + bk;
+  for (int64_t i = 0; i < r->L; i++) {
+    double *row = r->p + i * r->L, max = -INFINITY, sum = 0;
+    for (int64_t j = 0; j <= i; j++) {
+      double s = 0;
+      for (int64_t d = 0; d < r->D; d++)
+        s += q[i * r->q.pos_stride + d * r->q.depth_stride] * k[j * r->k.pos_stride + d * r->k.depth_stride];
+      row[j] = s * a->n->params.attention.scale;
+      max = fmax(max, row[j]);
+    }
+    for (int64_t j = 0; j <= i; j++) sum += exp(row[j] - max);
+    r->lse[i] = max + log(sum);
+    for (int64_t j = 0; j < r->L; j++) row[j] = j <= i ? exp(row[j] - r->lse[i]) : 0.0;
+    uint64_t base = mtf_attention_mask_base(&r->geo, &r->mask, b) + (uint64_t)(i * r->L);
+    double *drop = r->drop + i * r->L;
+    for (int64_t j = 0; j < r->L; j++)
+      drop[j] = r->mask.keep >= 1.0f ? 1.0
+                : mtf_uniform01(r->mask.seed, r->mask.key, base + (uint64_t)j) < (double)r->mask.keep ? (double)r->mask.scale
+                                                                                                    : 0.0;
+    for (int64_t d = 0; d < r->D; d++) {
+      double acc = 0;
+      for (int64_t j = 0; j <= i; j++) acc += row[j] * drop[j] * v[j * r->k.pos_stride + d * r->k.depth_stride];
+      r->o[i * r->D + d] = acc;
+    }
+  }
+}
+
+static void attention_reference(const mtf_ref_args *a) {
+  const mtf_op_params *pa = &a->n->params;
+  ref_problem r;
+  MTF_ASSERT(ref_begin(a, &r));
+  mtf_attention_view vo[2];
+  for (int s = 0; s < 2; s++)
+    vo[s] = mtf_attention_view_make(&r.geo, &a->n->shape, pa->attention.dim, pa->attention.depth, MTF_ATTENTION_STACK, s);
+  for (int64_t b = 0; b < r.geo.count; b++) {
+    ref_forward(a, &r, b);
+    double *o = a->out + mtf_attention_base(&r.geo, &vo[0], b), *lse = a->out + mtf_attention_base(&r.geo, &vo[1], b);
+    for (int64_t i = 0; i < r.L; i++)
+      for (int64_t d = 0; d < r.D; d++) {
+        o[i * vo[0].pos_stride + d * vo[0].depth_stride] = r.o[i * r.D + d];
+        lse[i * vo[1].pos_stride + d * vo[1].depth_stride] = r.lse[i];
+      }
+  }
+  ref_end(&r);
+}
+
+/* From q, k, v and the forward value's gradient dF alone (the forward value itself recomputed): with
+ * dO = dF[0], dlse_i = sum_d dF[1, i, d] and the dropout factors R, dS_ij = P_ij (R_ij dO_i.v_j - dO_i.o_i
+ * + dlse_i); dq = scale dS k, dk = scale dS^T q, dv = (P R)^T dO. */
+static void attention_grad_reference(const mtf_ref_args *a) {
+  const mtf_op_params *pa = &a->n->params;
+  const char *qd = pa->attention.dim, *dd = pa->attention.depth;
+  double scale = pa->attention.scale;
+  ref_problem r;
+  MTF_ASSERT(ref_begin(a, &r));
+  mtf_attention_view vf[2], vg[3];
+  for (int s = 0; s < 2; s++) vf[s] = mtf_attention_view_make(&r.geo, a->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
+  for (int s = 0; s < 3; s++) vg[s] = mtf_attention_view_make(&r.geo, &a->n->shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  double *ds = malloc(sizeof(double) * (size_t)(r.L * r.L + 1));
+  MTF_ASSERT(ds);
+  for (int64_t b = 0; b < r.geo.count; b++) {
+    ref_forward(a, &r, b);
+    const double *q = a->in[0] + mtf_attention_base(&r.geo, &r.q, b), *k = a->in[1] + mtf_attention_base(&r.geo, &r.k, b);
+    const double *v = a->in[2] + mtf_attention_base(&r.geo, &r.k, b);
+    const double *d_o = a->in[4] + mtf_attention_base(&r.geo, &vf[0], b), *dlse = a->in[4] + mtf_attention_base(&r.geo, &vf[1], b);
+    double *g[3];
+    for (int s = 0; s < 3; s++) g[s] = a->out + mtf_attention_base(&r.geo, &vg[s], b);
+#define DO(i, d) d_o[(i) * vf[0].pos_stride + (d) * vf[0].depth_stride]
+    for (int64_t i = 0; i < r.L; i++) {
+      double delta = 0, extra = 0;
+      for (int64_t d = 0; d < r.D; d++) {
+        delta += DO(i, d) * r.o[i * r.D + d];
+        extra += dlse[i * vf[1].pos_stride + d * vf[1].depth_stride];
+      }
+      for (int64_t j = 0; j < r.L; j++) {
+        double dp = 0;
+        for (int64_t d = 0; d < r.D; d++) dp += DO(i, d) * v[j * r.k.pos_stride + d * r.k.depth_stride];
+        ds[i * r.L + j] = r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra);
+      }
+    }
+    for (int64_t i = 0; i < r.L; i++)
+      for (int64_t d = 0; d < r.D; d++) {
+        double dq = 0, dk = 0, dv = 0;
+        for (int64_t j = 0; j < r.L; j++) {
+          dq += ds[i * r.L + j] * k[j * r.k.pos_stride + d * r.k.depth_stride];
+          dk += ds[j * r.L + i] * q[j * r.q.pos_stride + d * r.q.depth_stride];
+          dv += r.p[j * r.L + i] * r.drop[j * r.L + i] * DO(j, d);
+        }
+        int64_t at = i * vg[0].pos_stride + d * vg[0].depth_stride; /* one shape: the same for all three */
+        g[0][at] = scale * dq;
+        g[1][at] = scale * dk;
+        g[2][at] = dv;
+      }
+#undef DO
+  }
+  free(ds);
+  ref_end(&r);
+}
+
+static void take_reference(const mtf_ref_args *a) {
+  const mtf_shape *x = a->in_shape[0], *out = &a->n->shape;
+  int d = mtf_shape_index_of(x, a->n->params.take.dim);
+  int64_t index[MTF_MAX_RANK] = {0}, at[MTF_MAX_RANK];
+  do {
+    for (int i = 0, j = 0; i < x->rank; i++) at[i] = i == d ? a->n->params.take.index : index[j++];
+    a->out[mtf_ref_offset(out, index, out)] = a->in[0][mtf_ref_offset(x, at, x)];
+  } while (mtf_ref_next(out, index));
+}
+
+static int64_t take_flops(const mtf_step *s) { (void)s; return 0; }
+
+const mtf_op_def mtf_op_attention = {"causal_attention", MTF_DIM_NONE, attention_infer, attention_gradient,
+                                     attention_lower, attention_flops, attention_scratch, attention_reference};
+/* No gradient: the backward pass is not differentiated again. */
+const mtf_op_def mtf_op_attention_grad = {"causal_attention_grad", MTF_DIM_NONE, attention_infer, NULL, attention_lower,
+                                          attention_grad_flops, attention_scratch, attention_grad_reference};
+const mtf_op_def mtf_op_take = {"take", MTF_DIM_NONE, take_infer, take_gradient, take_lower, take_flops, NULL,
+                                take_reference};

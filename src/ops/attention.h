@@ -1,0 +1,58 @@
+/* Where fused causal attention's operands live in memory, shared by the op's reference and scratch rule
+ * (ops/attention.c) and the backends' kernels. Tensors may order their dims freely: every dim other than
+ * the positions (query dim in q, o, the stacked outputs; memory dim in k, v) and the features (depth) is a
+ * "batch" dim, walked in q's order; a view gives each tensor's strides for those, its position stride, its
+ * feature stride and, for the stacked tensors ([_attn:2, ...] = o, logsumexp; [_attn_grad:3, ...] = dq,
+ * dk, dv), the offset of one slice of the stack. */
+#ifndef MTF_OPS_ATTENTION_H
+#define MTF_OPS_ATTENTION_H
+
+#include "core/shape.h"
+
+#define MTF_ATTENTION_STACK "_attn"      /* forward: index 0 o, index 1 the row's logsumexp (along depth) */
+#define MTF_ATTENTION_GRAD_STACK "_attn_grad" /* backward: 0 dq, 1 dk, 2 dv (dk, dv by memory position) */
+#define MTF_ATTENTION_TILE 64            /* query rows x memory rows per block of the kernels */
+
+typedef struct mtf_attention_geometry {
+  mtf_shape batch;       /* q's dims other than the query dim and depth, in q's order */
+  int64_t count;         /* elements of batch: independent attention problems */
+  int64_t length, depth; /* positions (query = memory) and features */
+} mtf_attention_geometry;
+
+typedef struct mtf_attention_view {
+  int64_t batch_stride[MTF_MAX_RANK]; /* stride of geometry.batch's dim i in this tensor */
+  int64_t pos_stride, depth_stride, offset;
+} mtf_attention_view;
+
+void mtf_attention_geometry_make(const mtf_shape *q, const char *query_dim, const char *depth_dim,
+                                 mtf_attention_geometry *geo);
+/* The view of a tensor of shape s whose positions are along pos_dim; with `stack`, of its slice `index`
+ * along that dim (NULL: not stacked). */
+mtf_attention_view mtf_attention_view_make(const mtf_attention_geometry *geo, const mtf_shape *s, const char *pos_dim,
+                                           const char *depth_dim, const char *stack, int index);
+/* Offset of problem b's element (position 0, feature 0). */
+int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attention_view *v, int64_t b);
+
+/* Dropout of the attention weights: the mask mtf_dropout(weights, 1 - keep, key) would draw, over the
+ * weights of the general path, [batch dims (q's order), query, memory], from global indices, so it is the
+ * same on every layout: weight (i, j) of problem b is kept when
+ *   mtf_uniform01(seed, key, mtf_attention_mask_base(b) + i * length + j) < keep, and then scaled by 1 / keep. */
+typedef struct mtf_attention_mask {
+  uint64_t seed, key; /* key: with the run's offset mixed in (mtf_run_key) */
+  float keep, scale;
+  int64_t global_size[MTF_MAX_RANK], offset[MTF_MAX_RANK]; /* per batch dim: whole size, this slice's start */
+} mtf_attention_mask;
+
+/* From a step's output shape, global dims and offsets (NULL, NULL: whole tensors, as the reference sees). */
+void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
+                             const int64_t *offsets, uint64_t seed, uint64_t key, float keep, mtf_attention_mask *mask);
+uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_attention_mask *mask, int64_t b);
+
+/* Scratch of one kernel step (elements), laid out by the kernels as
+ *   forward:  q, k, v packed [length, depth] | accumulator [TILE, depth] | scores [TILE, TILE]
+ *   backward: q, k, v, do, dq, dk, dv packed [length, depth] | lse, delta [length] | p, dp, p dropped
+ *             [TILE, TILE] */
+int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
+int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
+
+#endif
