@@ -7,7 +7,8 @@
 #include "core/rng.h"
 #include "mtf.h"
 
-#define MTF_MAX_OP_INPUTS 3
+/* 5: adam_update reads the variable, both moments, the learning rate and the step (optimizer_ops.c). */
+#define MTF_MAX_OP_INPUTS 5
 
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
@@ -31,6 +32,8 @@ typedef enum mtf_op_kind {
   MTF_OP_MASKED_FILL,   /* x where mask != 0, else params.fill.value */
   MTF_OP_GATHER,        /* table rows by integer ids over params.along.dim (the embedding lookup) */
   MTF_OP_SCATTER_ADD,   /* the gather's gradient: out[id] += rows */
+  MTF_OP_MOVING_AVERAGE, /* optimizer: d * old + (1 - d) * (x^power + add); no gradient (ops/optimizer_ops.c) */
+  MTF_OP_ADAM_UPDATE,   /* optimizer: AdamW's new variable from (w, m, v, lr, step); no gradient */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -58,6 +61,9 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
   struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
   struct { float value; } fill;
+  /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */
+  struct { float beta, add; int power; } moment;
+  struct { float beta1, beta2, epsilon, weight_decay; } adam;
 } mtf_op_params;
 
 typedef struct mtf_node {

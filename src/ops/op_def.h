@@ -59,6 +59,8 @@ extern const mtf_op_def mtf_op_input, mtf_op_variable, mtf_op_constant, mtf_op_r
     mtf_op_broadcast, mtf_op_reduce_max, mtf_op_binary, mtf_op_unary, mtf_op_one_hot, mtf_op_random_keep,
     mtf_op_reshape, mtf_op_stop_gradient, mtf_op_softmax, mtf_op_log_softmax, mtf_op_layer_norm, mtf_op_rms_norm,
     mtf_op_softmax_xent, mtf_op_masked_fill, mtf_op_gather, mtf_op_scatter_add;
+/* ops/optimizer_ops.c */
+extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */

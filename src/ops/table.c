@@ -27,6 +27,8 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_MASKED_FILL] = &mtf_op_masked_fill,
     [MTF_OP_GATHER] = &mtf_op_gather,
     [MTF_OP_SCATTER_ADD] = &mtf_op_scatter_add,
+    [MTF_OP_MOVING_AVERAGE] = &mtf_op_moving_average,
+    [MTF_OP_ADAM_UPDATE] = &mtf_op_adam_update,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }

@@ -10,6 +10,7 @@
 void mtf_cpu_register_elementwise(mtf_kernel_fn *kernels);
 void mtf_cpu_register_einsum(mtf_kernel_fn *kernels);
 void mtf_cpu_register_fused(mtf_kernel_fn *kernels);
+void mtf_cpu_register_optimizer(mtf_kernel_fn *kernels); /* optimizer.c */
 
 void mtf_cpu_fill(float value, int64_t n, float *out);
 void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,
