@@ -19,7 +19,7 @@ static double sgemm_seconds(int n, const float *a, const float *b, float *c, int
   return mtf_now_seconds() - start;
 }
 
-double mtf_mfu_measure_peak(int n, int max_timed, int sync, int *timed) {
+double mtf_mfu_measure_peak(int n, int max_timed, int bounded, int sync, int *timed) {
   size_t elements = (size_t)n * (size_t)n;
   float *a = calloc(elements, sizeof(float)), *b = calloc(elements, sizeof(float)), *c = calloc(elements, sizeof(float));
   int ok = a && b && c;
@@ -40,7 +40,9 @@ double mtf_mfu_measure_peak(int n, int max_timed, int sync, int *timed) {
   double warm = sgemm_seconds(n, a, b, c, sync);
   /* The slowest rank decides, so every rank makes the same number of calls. */
   double slowest = sync ? mtf_world_max(warm) : warm;
-  int calls = slowest > very_slow_call_seconds ? 0 : slowest > slow_call_seconds && max_timed > 1 ? 1 : max_timed;
+  int calls = max_timed;
+  if (bounded && slowest > very_slow_call_seconds) calls = 0;
+  else if (bounded && slowest > slow_call_seconds && max_timed > 1) calls = 1;
   double best = warm;
   for (int r = 0; r < calls; r++) {
     double t = sgemm_seconds(n, a, b, c, sync);
@@ -59,7 +61,7 @@ mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops) {
     p.per_rank = peak_gflops * 1e9;
   } else {
     p.measured = 1;
-    p.per_rank = mtf_mfu_measure_peak(MTF_MFU_SGEMM_N, 2, 1, &p.timed_calls);
+    p.per_rank = mtf_mfu_measure_peak(MTF_MFU_SGEMM_N, 2, 1, 1, &p.timed_calls);
     p.per_rank = mtf_world_sum(p.per_rank) / p.ranks;
   }
   p.job = p.per_rank * p.ranks;

@@ -18,10 +18,11 @@ typedef struct mtf_mfu_peak {
  * 512^3 product does not (it undercounts the peak and inflates MFU). */
 enum { MTF_MFU_SGEMM_N = 2048 };
 
-/* FLOP/s of cblas_sgemm on an n^3 product with this rank's BLAS threads: one warm-up call, then up to
- * `max_timed` timed calls (best of them); with sync, every rank starts each call together (collective), so
- * ranks sharing a node compete for it as they do in training. *timed gets the calls timed. */
-double mtf_mfu_measure_peak(int n, int max_timed, int sync, int *timed);
+/* FLOP/s of cblas_sgemm on an n^3 product with this rank's BLAS threads: one warm-up call, then
+ * `max_timed` timed calls (the best of them; bounded: fewer, down to none, when the warm-up was slow); with
+ * sync, every rank starts each call together (collective), so ranks sharing a node compete for it as they do
+ * in training. *timed gets the calls timed. tools/bench_sgemm.c runs it unbounded. */
+double mtf_mfu_measure_peak(int n, int max_timed, int bounded, int sync, int *timed);
 /* Collective: the job's peak. peak_gflops > 0 (backend.peak_gflops, per rank) is taken as given; 0 measures
  * (MTF_MFU_SGEMM_N; about 0.5 s on a quiet 100 GFLOP/s rank, under 2 s on a busy one). */
 mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops);
