@@ -9,6 +9,8 @@
       the same JSON line from an mtf run's metrics.jsonl (one line per step: train.log_every 1)
   bench_peers.py table --config X.yaml RESULTS.jsonl CEILINGS.tsv
       prints the table (tokens/s, mtf/PyTorch, % of the 2-core sgemm ceiling)
+  bench_peers.py count --config X.yaml
+      prints the PyTorch model's parameter count and FLOPs per token (tests compare them with mtf plan's)
 
 The model is mtf's (src/model/transformer.c), so both sides do the same FLOPs: pre-norm layer norm with
 scale and bias (eps 1e-6), learned positions, q/k/v/o without biases (q's 1/sqrt(d_kv) is in its init, as
@@ -245,6 +247,11 @@ def cmd_table(args):
         print("(no PyTorch rows: see above)")
 
 
+def cmd_count(args):
+    m = load_model(args.config)
+    print(f"parameters {param_count(m)} flops_per_token {flops_per_token(m):.0f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -266,8 +273,10 @@ def main():
     b.add_argument("--config", required=True)
     b.add_argument("results")
     b.add_argument("ceilings")
+    c = sub.add_parser("count")
+    c.add_argument("--config", required=True)
     args = p.parse_args()
-    {"torch": cmd_torch, "mtf": cmd_mtf, "table": cmd_table}[args.cmd](args)
+    {"torch": cmd_torch, "mtf": cmd_mtf, "table": cmd_table, "count": cmd_count}[args.cmd](args)
 
 
 if __name__ == "__main__":
