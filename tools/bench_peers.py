@@ -143,6 +143,7 @@ def torch_train(rank, args, m, procs, out_path):
     idx = torch.randint(0, m["vocab"], (local_batch, m["length"]), generator=gen)
     tgt = torch.randint(0, m["vocab"], (local_batch, m["length"]), generator=gen)
     times, losses = [], []
+    load = os.getloadavg()[0]
     for _ in range(args.warmup + args.steps):
         start = time.perf_counter()
         loss = model(idx, tgt)
@@ -158,7 +159,7 @@ def torch_train(rank, args, m, procs, out_path):
         median = statistics.median(timed)
         name = f"PyTorch {torch.__version__}, " + (f"DDP {procs} x {args.threads} (gloo)" if procs > 1 else
                                                    f"1 process x {args.threads} thread{'s' if args.threads > 1 else ''}")
-        record = dict(setup=name, side="pytorch", procs=procs, threads=args.threads, step_ms=timed,
+        record = dict(setup=name, side="pytorch", procs=procs, threads=args.threads, step_ms=timed, load=load,
                       median_ms=median, tokens_per_s=m["batch"] * m["length"] / (median / 1e3),
                       params=param_count(m), loss_first=losses[0], loss_last=losses[-1])
         with open(out_path, "w") as f:
@@ -196,7 +197,7 @@ def cmd_mtf(args):
     if len(timed) < 1:
         sys.exit(f"bench_peers: {args.run_dir}: no step after the {args.warmup} warm-up steps in metrics.jsonl")
     median = statistics.median(timed)
-    print(json.dumps(dict(setup=args.name, side="mtf", procs=args.procs, threads=args.threads, step_ms=timed,
+    print(json.dumps(dict(setup=args.name, side="mtf", procs=args.procs, threads=args.threads, step_ms=timed, load=args.load,
                           median_ms=median,
                           tokens_per_s=m["batch"] * m["length"] / (median / 1e3), loss_first=steps[0][2],
                           loss_last=steps[-1][2])))
@@ -206,12 +207,28 @@ def cmd_mtf(args):
 
 def cmd_table(args):
     m = load_model(args.config)
-    rows = [json.loads(line) for line in open(args.results) if line.strip()]
+    rows = []  # one per setup, its rounds pooled: every timed step, the loads its runs started under
+    for line in open(args.results):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        same = [row for row in rows if row["setup"] == r["setup"]]
+        if same:
+            row = same[0]
+            row["step_ms"] += r["step_ms"]
+            row["loads"].append(r["load"])
+            row["loss_last"] = r["loss_last"]
+        else:
+            row = dict(r, loads=[r["load"]])
+            rows.append(row)
+        row["median_ms"] = statistics.median(row["step_ms"])
+        row["tokens_per_s"] = m["batch"] * m["length"] / (row["median_ms"] / 1e3)
     ceilings = {}
     # mtf's setups against PyTorch's on the same processes and threads: 1 x 2 threads, and 2 x 1 thread.
     for line in open(args.ceilings):  # "LABEL<TAB>GFLOP/s<TAB>mtf_bench_sgemm's line"
         label, gflops, text = line.rstrip("\n").split("\t", 2)
         ceilings[label] = (float(gflops), text)
+    rows.sort(key=lambda row: row["side"] != "mtf")  # mtf's rows first, each side in the order it ran
     ceiling = max(g for g, _ in ceilings.values()) * 1e9
     fpt = flops_per_token(m)
     torch_rows = [r for r in rows if r["side"] == "pytorch"]
@@ -228,10 +245,11 @@ def cmd_table(args):
     print(f"ms/step: the median of {'/'.join(map(str, sorted(steps)))} timed steps after the warm-up, per setup; "
           "tokens/s = global batch x T / that median; x PyTorch: mtf's tokens/s over the best PyTorch setup's, and "
           "over PyTorch's with the same processes x threads (1 x 2 against 1 x 2, 2 x 1 against DDP 2 x 1); % of peak: "
-          "model FLOPs/s over the ceiling above. Losses are a sanity check only: PyTorch trains on uniform random "
-          "ids, mtf on the synthetic shards.")
+          "model FLOPs/s over the ceiling above; load at start: the 1-minute load average as each round's run "
+          "started (2 cores: above 2 means other work shared them). Losses (first and last step of the rounds) are "
+          "a sanity check only: PyTorch trains on uniform random ids, mtf on the synthetic shards.")
     cols = [("setup", 50), ("ms/step", 9), ("tokens/s", 9), ("x best PyTorch", 14), ("x PyTorch alike", 15),
-            ("% of peak", 9), ("loss first -> last", 18)]
+            ("% of peak", 9), ("load at start", 13), ("loss first -> last", 18)]
     print("| " + " | ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(cols)) + " |")
     print("|" + "|".join("-" * (w + 2) for _, w in cols) + "|")
     for r in rows:
@@ -240,7 +258,8 @@ def cmd_table(args):
         same = f"{r['tokens_per_s'] / alike[0]:.2f}" if alike and r["side"] == "mtf" else ""
         pct = f"{100 * fpt * r['tokens_per_s'] / ceiling:.1f}%"
         loss = f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"
-        cells = [r["setup"], f"{r['median_ms']:.1f}", f"{r['tokens_per_s']:.0f}", best, same, pct, loss]
+        load = "/".join(f"{x:.1f}" for x in r["loads"])
+        cells = [r["setup"], f"{r['median_ms']:.1f}", f"{r['tokens_per_s']:.0f}", best, same, pct, load, loss]
         print("| " + " | ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, (_, w)) in enumerate(zip(cells, cols)))
               + " |")
     if not torch_rows:
@@ -269,6 +288,7 @@ def main():
     r.add_argument("--warmup", type=int, default=2)
     r.add_argument("--procs", type=int, required=True)
     r.add_argument("--threads", type=int, required=True)
+    r.add_argument("--load", type=float, default=0.0, help="the 1-minute load average when the run started")
     b = sub.add_parser("table")
     b.add_argument("--config", required=True)
     b.add_argument("results")
