@@ -10,9 +10,10 @@
 # (heads:m;d_ff:m;vocab:m); PyTorch 1 process x 2 threads, 1 process x 1 thread, DDP 2 x 1 over gloo.
 # Each setup runs once per round (R rounds, default 2), each time W warm-up steps (default 2) and then its
 # share of the N timed steps (default 10, so 5 per round); a setup's ms/step is the median of its N timed
-# steps pooled over the rounds, so a load that comes and goes on a shared machine falls on every setup. The same run measures the sgemm ceiling of the 2 cores (mtf_bench_sgemm: cblas_sgemm
-# 2048^3 on 1 process x 2 threads and on 2 processes x 1 thread at once, the best of 5 calls each) and
-# prints model FLOPs/s (6 N + attention per token, as mtf counts them) as a share of the higher one.
+# steps pooled over the rounds, so a load that comes and goes on a shared machine falls on every setup.
+# The same run measures the sgemm ceiling of the 2 cores (mtf_bench_sgemm: cblas_sgemm 2048^3 on 1 process
+# x 2 threads and on 2 processes x 1 thread at once, the best of 5 calls each) and prints model FLOPs/s
+# (6 N + attention per token, as mtf counts them) as a share of the higher one.
 # Needs a build (build/src/mtf, build/src/mtf_bench_sgemm) and a python with torch: Debian's python3-torch
 # (apt-get install python3-torch, or bash tools/install-deps.sh --peers); PYTHON=... picks another.
 # Results: docs/PERFORMANCE.md, "Against PyTorch".
