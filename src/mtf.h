@@ -146,6 +146,16 @@ mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_te
  * on (graph seed, key, global element index). rate 0 returns x. */
 mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key);
 
+/* ---- fused optimizer updates (one elementwise pass each; no gradient: differentiating one is an error) ----
+ * d * old + (1 - d) * (x^power + add), power 1 or 2, x of old's shape; d is `decay` (a scalar tensor) or,
+ * when decay is MTF_NO_TENSOR, the constant beta. */
+mtf_tensor mtf_moving_average(mtf_graph *g, mtf_tensor old, mtf_tensor x, mtf_tensor decay, float beta, int power,
+                              float add);
+/* AdamW: w - lr * ((m / c1) / (sqrt(v / c2) + epsilon) + weight_decay * w) with c = 1 - beta^step (1 for beta
+ * 0); m, v of w's shape (the moments already updated), lr and step scalar tensors. */
+mtf_tensor mtf_adam_update(mtf_graph *g, mtf_tensor w, mtf_tensor m, mtf_tensor v, mtf_tensor lr, mtf_tensor step,
+                           float beta1, float beta2, float epsilon, float weight_decay);
+
 /* ---- shape changes ---- */
 mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim);
 /* Same number of elements, any new dims (row-major order kept). */

@@ -5,14 +5,18 @@
 #             --system-site-packages) plus the PyPI packages of tools/prepare_tokenized.py (tokenizers) and
 #             tools/tensorboard_export.py (tensorboardX). Tools and tests use .venv/bin/python.
 #             MTF_VENV=DIR puts it elsewhere.
+#   --peers   also Debian's python3-torch (/usr/bin/python3), the PyTorch peer of tools/bench_peers.sh;
+#             never installed without the flag (it is large and nothing else needs it).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 with_python=0
+with_peers=0
 for arg in "$@"; do
   case "$arg" in
     --python) with_python=1 ;;
-    *) echo "install-deps: unknown option '$arg' (usage: install-deps.sh [--python])" >&2; exit 2 ;;
+    --peers) with_peers=1 ;;
+    *) echo "install-deps: unknown option '$arg' (usage: install-deps.sh [--python] [--peers])" >&2; exit 2 ;;
   esac
 done
 VENV=${MTF_VENV:-.venv}
@@ -46,6 +50,9 @@ PKGS=(
   fortunes                                  # default text corpus for the quick start
   clang libclang-rt-14-dev                  # tools/fuzz.sh: libFuzzer and the ASan/UBSan runtimes
 )
+if [ "$with_peers" = 1 ]; then
+  PKGS+=(python3-torch)                     # tools/bench_peers.sh: PyTorch on the same model (--peers)
+fi
 
 missing=()
 for pkg in "${PKGS[@]}"; do

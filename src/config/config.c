@@ -80,6 +80,8 @@ static const key_spec schema[] = {
     {"backend.kind", KEY_BACKEND, F(backend), "cpu", 0, 0, NULL, "compute backend (one of those built in)"},
     {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
+    {"backend.peak_gflops", KEY_FLOAT, F(peak_gflops), "0.0", 0, 1e9, NULL,
+     "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up)"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};

@@ -50,6 +50,7 @@ typedef struct mtf_config {
   char run_dir[MTF_CONFIG_PATH];
   char backend[MTF_CONFIG_TEXT]; /* backend.kind: cpu (mtf_backend_kinds()) */
   int64_t threads;               /* compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it */
+  double peak_gflops;            /* backend.peak_gflops: per-rank peak for MFU; 0 = measured at start-up */
 } mtf_config;
 
 /* Defaults for every key. */

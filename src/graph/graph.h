@@ -7,7 +7,7 @@
 #include "core/rng.h"
 #include "mtf.h"
 
-#define MTF_MAX_OP_INPUTS 5 /* attention_grad reads q, k, v, its forward value and that value's gradient */
+#define MTF_MAX_OP_INPUTS 5 /* attention_grad: q, k, v, its forward value and its gradient; adam_update: w, m, v, lr, step */
 
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
@@ -41,6 +41,8 @@ typedef enum mtf_op_kind {
   MTF_OP_ATTENTION,     /* fused causal attention (ops/attention.c): [_attn:2, q dims] = o, logsumexp per row */
   MTF_OP_ATTENTION_GRAD,/* its backward in one pass: [_attn_grad:3, q dims] = dq, dk, dv */
   MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
+  MTF_OP_MOVING_AVERAGE, /* optimizer: d * old + (1 - d) * (x^power + add); no gradient (ops/optimizer_ops.c) */
+  MTF_OP_ADAM_UPDATE,   /* optimizer: AdamW's new variable from (w, m, v, lr, step); no gradient */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -76,6 +78,9 @@ typedef union mtf_op_params {
     uint64_t key;
   } attention;
   struct { char dim[MTF_NAME_MAX]; int index; } take;
+  /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */
+  struct { float beta, add; int power; } moment;
+  struct { float beta1, beta2, epsilon, weight_decay; } adam;
 } mtf_op_params;
 
 typedef struct mtf_node {

@@ -63,6 +63,8 @@ extern const mtf_op_def mtf_op_input, mtf_op_variable, mtf_op_constant, mtf_op_r
 extern const mtf_op_def mtf_op_softmax_grad, mtf_op_log_softmax_grad, mtf_op_layer_norm_grad, mtf_op_rms_norm_grad,
     mtf_op_softmax_xent_grad, mtf_op_gelu_grad;
 extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_take; /* ops/attention.c */
+/* ops/optimizer_ops.c */
+extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */

@@ -69,7 +69,7 @@ static int resume(mtf_run_state *st, mtf_loader *loader, const mtf_train_options
   return MTF_OK;
 }
 
-static void print_header(const mtf_run_state *st, double job_peak) {
+static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
   if (st->rank != 0) return;
   const mtf_config *cfg = st->cfg;
   mtf_program_memory mem;
@@ -82,10 +82,11 @@ static void print_header(const mtf_run_state *st, double job_peak) {
     printf(" in %d microbatches of %lld", st->program.microbatches,
            (long long)(cfg->train.batch / st->program.microbatches));
   printf("%s\n", strcmp(cfg->train.recompute, "none") ? ", recompute: block" : "");
-  printf("train: per rank %.1f MiB activations (planned peak), %.1f MiB variables; peak for MFU %.1f GFLOP/s "
-         "(measured: cblas_sgemm 512^3 on each rank at start-up, summed)\n",
+  char peak_text[256];
+  mtf_mfu_describe(peak, peak_text, sizeof peak_text);
+  printf("train: per rank %.1f MiB activations (planned peak), %.1f MiB variables; MFU against peak %s\n",
          (mem.train_arena + mem.apply_arena) / 1048576.0,
-         (mem.parameters + mem.optimizer_state + mem.accumulators) / 1048576.0, job_peak / 1e9);
+         (mem.parameters + mem.optimizer_state + mem.accumulators) / 1048576.0, peak_text);
   fflush(stdout);
 }
 
@@ -166,8 +167,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   FILE *metrics = mtf_metrics_open(cfg, rank, steps_done, &metrics_err);
   if (!metrics && rank == 0) fprintf(stderr, "mtf train: warning: metrics are not written: %s\n", metrics_err.msg);
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
-  double job_peak = mtf_mfu_job_peak();
-  print_header(&st, job_peak);
+  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops);
+  double job_peak = peak.job;
+  print_header(&st, &peak);
 
   int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));

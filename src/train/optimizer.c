@@ -78,8 +78,13 @@ int mtf_optimizer_validate(const mtf_optimizer_config *cfg, mtf_error *err) {
 
 /* ---- small graph helpers ---- */
 
+/* sum(x^2) as the contraction of x with itself: one read of x (a dot product in the einsum kernel) instead of
+ * a squared copy and a reduction over it; over split dims the engine adds the allreduce. */
+static mtf_tensor sum_of_squares(mtf_graph *g, mtf_tensor x) { return mtf_einsum2(g, x, x, &scalar_shape); }
+
 static mtf_tensor rms(mtf_graph *g, mtf_tensor x) {
-  return mtf_sqrt(g, mtf_reduce_mean(g, mtf_square(g, x), &scalar_shape));
+  double n = (double)mtf_shape_num_elements(mtf_tensor_shape(g, x));
+  return mtf_sqrt(g, mtf_scalar_multiply(g, sum_of_squares(g, x), (float)(1.0 / n)));
 }
 
 /* max(x, c) = c + relu(x - c): the engine has no maximum op, and this form keeps x's shape. */
@@ -87,17 +92,9 @@ static mtf_tensor max_with_constant(mtf_graph *g, mtf_tensor x, float c) {
   return mtf_scalar_add(g, mtf_relu(g, mtf_scalar_add(g, x, -c)), c);
 }
 
-/* 1 - beta^t for the scalar step t. Computed as -expm1(t ln beta) = -2h / (1 - h) with h = tanh(t ln(beta) / 2):
- * the plain 1 - exp(t ln beta) loses most of its digits in float when beta^t is near 1 (beta2 = 0.999 at
- * t = 1 gives 1e-3 with a 6e-5 relative error), and the engine has no expm1. */
-static mtf_tensor one_minus_power(mtf_graph *g, mtf_tensor step, float beta) {
-  mtf_tensor h = mtf_tanh(g, mtf_scalar_multiply(g, step, (float)(0.5 * log((double)beta))));
-  return mtf_divide(g, mtf_scalar_multiply(g, h, -2.0f), mtf_scalar_add(g, mtf_scalar_multiply(g, h, -1.0f), 1.0f));
-}
-
-/* decay * old + (1 - decay) * fresh, with mixing = 1 - decay a scalar tensor; keeps old's dimension order. */
-static mtf_tensor moving_average(mtf_graph *g, mtf_tensor old, mtf_tensor fresh, mtf_tensor decay, mtf_tensor mixing) {
-  return mtf_add(g, mtf_multiply(g, old, decay), mtf_multiply(g, fresh, mixing));
+/* decay * old + (1 - decay) * (fresh + add), decay a scalar tensor of the step: one fused pass. */
+static mtf_tensor moving_average(mtf_graph *g, mtf_tensor old, mtf_tensor fresh, mtf_tensor decay, float add) {
+  return mtf_moving_average(g, old, fresh, decay, 0.0f, 1, add);
 }
 
 /* A zero-initialised slot variable "<variable>/<slot>" of the given shape. */
@@ -132,26 +129,23 @@ static int apply_sgd(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w
 
 /* Scalars of the step shared by every variable's update, built once rather than once per variable. */
 typedef struct step_scalars {
-  mtf_tensor correction1, correction2; /* adamw: 1 - beta^t, or MTF_NO_TENSOR when beta is 0 */
-  mtf_tensor decay, mixing;            /* adafactor: 1 - t^-decay_rate and t^-decay_rate */
+  mtf_tensor step;  /* the 1-based step t (adamw's bias corrections come from it inside adam_update) */
+  mtf_tensor decay; /* adafactor: 1 - t^-decay_rate */
 } step_scalars;
 
+/* Three fused passes: each moment (a slot's new value, so a node of its own), then the variable. */
 static int apply_adamw(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w, mtf_tensor grad, mtf_tensor lr,
                        const step_scalars *scalars, mtf_error *err) {
   const mtf_shape *shape = mtf_tensor_shape(g, w);
   mtf_tensor m = make_slot(g, w, "adam_m", shape, err);
   mtf_tensor v = m == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adam_v", shape, err);
   if (v == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-  mtf_tensor new_m = mtf_add(g, mtf_scalar_multiply(g, m, cfg->beta1), mtf_scalar_multiply(g, grad, 1.0f - cfg->beta1));
-  mtf_tensor new_v =
-      mtf_add(g, mtf_scalar_multiply(g, v, cfg->beta2), mtf_scalar_multiply(g, mtf_square(g, grad), 1.0f - cfg->beta2));
+  mtf_tensor new_m = mtf_moving_average(g, m, grad, MTF_NO_TENSOR, cfg->beta1, 1, 0.0f);
+  mtf_tensor new_v = mtf_moving_average(g, v, grad, MTF_NO_TENSOR, cfg->beta2, 2, 0.0f);
   mtf_assign(g, m, new_m);
   mtf_assign(g, v, new_v);
-  mtf_tensor m_hat = scalars->correction1 != MTF_NO_TENSOR ? mtf_divide(g, new_m, scalars->correction1) : new_m;
-  mtf_tensor v_hat = scalars->correction2 != MTF_NO_TENSOR ? mtf_divide(g, new_v, scalars->correction2) : new_v;
-  mtf_tensor update = mtf_divide(g, m_hat, mtf_scalar_add(g, mtf_sqrt(g, v_hat), cfg->epsilon));
-  if (cfg->weight_decay > 0) update = mtf_add(g, update, mtf_scalar_multiply(g, w, cfg->weight_decay));
-  return mtf_assign(g, w, mtf_subtract(g, w, mtf_multiply(g, update, lr)));
+  return mtf_assign(g, w, mtf_adam_update(g, w, new_m, new_v, lr, scalars->step, cfg->beta1, cfg->beta2, cfg->epsilon,
+                                          cfg->weight_decay));
 }
 
 /* The two dims Adafactor factors over: the two largest, ties going to the earlier dims (Mesh TF sorts the
@@ -178,8 +172,7 @@ static int factored_dims(const mtf_shape *shape, int64_t min_size, int *row, int
 static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w, mtf_tensor grad,
                            mtf_tensor lr, const step_scalars *scalars, mtf_error *err) {
   const mtf_shape shape = *mtf_tensor_shape(g, w);
-  mtf_tensor decay = scalars->decay, mixing = scalars->mixing;
-  mtf_tensor grad_squared = mtf_scalar_add(g, mtf_square(g, grad), cfg->epsilon1);
+  mtf_tensor decay = scalars->decay;
   mtf_tensor update;
   int row, col;
   if (factored_dims(&shape, cfg->min_dim_size_to_factor, &row, &col)) {
@@ -191,8 +184,10 @@ static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_te
     mtf_tensor vr = make_slot(g, w, "adafactor_vr", &without_col, err);
     mtf_tensor vc = vr == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adafactor_vc", &without_row, err);
     if (vc == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-    mtf_tensor new_vr = moving_average(g, vr, mtf_reduce_mean(g, grad_squared, &without_col), decay, mixing);
-    mtf_tensor new_vc = moving_average(g, vc, mtf_reduce_mean(g, grad_squared, &without_row), decay, mixing);
+    /* mean(g^2 + epsilon1) = mean(g^2) + epsilon1: the epsilon goes into the moving average's add. */
+    mtf_tensor grad_squared = mtf_square(g, grad);
+    mtf_tensor new_vr = moving_average(g, vr, mtf_reduce_mean(g, grad_squared, &without_col), decay, cfg->epsilon1);
+    mtf_tensor new_vc = moving_average(g, vc, mtf_reduce_mean(g, grad_squared, &without_row), decay, cfg->epsilon1);
     mtf_assign(g, vr, new_vr);
     mtf_assign(g, vc, new_vc);
     /* v = vr * vc / mean_row(vr), applied as two rsqrt factors so the update keeps the gradient's dim order. */
@@ -201,21 +196,22 @@ static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_te
   } else {
     mtf_tensor v = make_slot(g, w, "adafactor_v", &shape, err);
     if (v == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-    mtf_tensor new_v = moving_average(g, v, grad_squared, decay, mixing);
+    mtf_tensor new_v = mtf_moving_average(g, v, grad, decay, 0.0f, 2, cfg->epsilon1); /* of s = g^2 + epsilon1 */
     mtf_assign(g, v, new_v);
     update = mtf_multiply(g, grad, mtf_rsqrt(g, new_v));
   }
-  if (cfg->clipping_threshold > 0)
-    update = mtf_divide(
-        g, update, max_with_constant(g, mtf_scalar_multiply(g, rms(g, update), 1.0f / cfg->clipping_threshold), 1.0f));
+  /* The clipping and the step size are scalars: combined first, so the update is scaled in one pass. */
   mtf_tensor step_size = lr;
   if (cfg->multiply_by_parameter_scale)
     step_size = mtf_multiply(g, lr, max_with_constant(g, rms(g, w), cfg->epsilon2));
+  if (cfg->clipping_threshold > 0)
+    step_size = mtf_divide(
+        g, step_size, max_with_constant(g, mtf_scalar_multiply(g, rms(g, update), 1.0f / cfg->clipping_threshold), 1.0f));
   mtf_tensor subtrahend = mtf_multiply(g, update, step_size);
   if (cfg->beta1 > 0) {
     mtf_tensor m = make_slot(g, w, "adafactor_m", &shape, err);
     if (m == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-    subtrahend = mtf_add(g, mtf_scalar_multiply(g, m, cfg->beta1), mtf_scalar_multiply(g, subtrahend, 1.0f - cfg->beta1));
+    subtrahend = mtf_moving_average(g, m, subtrahend, MTF_NO_TENSOR, cfg->beta1, 1, 0.0f);
     mtf_assign(g, m, subtrahend);
   }
   return mtf_assign(g, w, mtf_subtract(g, w, subtrahend));
@@ -229,7 +225,7 @@ static mtf_tensor global_norm(mtf_graph *g, int n, const mtf_tensor *grads) {
   if (n == 0) return mtf_constant(g, &scalar_shape, 0.0f);
   mtf_tensor sum = MTF_NO_TENSOR;
   for (int i = 0; i < n; i++) {
-    mtf_tensor part = mtf_reduce_sum(g, mtf_square(g, grads[i]), &scalar_shape);
+    mtf_tensor part = sum_of_squares(g, grads[i]);
     sum = i == 0 ? part : mtf_add(g, sum, part);
   }
   return mtf_sqrt(g, sum);
@@ -279,15 +275,11 @@ int mtf_optimizer_apply(mtf_graph *g, const mtf_optimizer_config *cfg, int n, co
     float c = cfg->clip_grad_norm;
     clip_scale = mtf_divide(g, mtf_constant(g, &scalar_shape, c), max_with_constant(g, mtf_scalar_add(g, norm, 1e-6f), c));
   }
-  step_scalars scalars = {MTF_NO_TENSOR, MTF_NO_TENSOR, MTF_NO_TENSOR, MTF_NO_TENSOR};
-  if (cfg->kind == MTF_OPT_ADAMW) {
-    /* beta 0 means no averaging, so there is nothing to correct (and ln 0 would be -inf). */
-    if (cfg->beta1 > 0) scalars.correction1 = one_minus_power(g, step, cfg->beta1);
-    if (cfg->beta2 > 0) scalars.correction2 = one_minus_power(g, step, cfg->beta2);
-  } else if (cfg->kind == MTF_OPT_ADAFACTOR) {
+  step_scalars scalars = {step, MTF_NO_TENSOR};
+  if (cfg->kind == MTF_OPT_ADAFACTOR) {
     /* mixing = t^-decay_rate = exp(-decay_rate ln t): exactly 1 at t = 1, so the first step sees v = g^2. */
-    scalars.mixing = mtf_exp(g, mtf_scalar_multiply(g, mtf_log(g, step), -cfg->decay_rate));
-    scalars.decay = mtf_scalar_add(g, mtf_scalar_multiply(g, scalars.mixing, -1.0f), 1.0f);
+    mtf_tensor mixing = mtf_exp(g, mtf_scalar_multiply(g, mtf_log(g, step), -cfg->decay_rate));
+    scalars.decay = mtf_scalar_add(g, mtf_scalar_multiply(g, mixing, -1.0f), 1.0f);
   }
   for (int i = 0; i < n; i++) {
     mtf_tensor grad = clip_scale == MTF_NO_TENSOR ? grads[i] : mtf_multiply(g, grads[i], clip_scale);

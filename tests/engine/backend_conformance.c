@@ -4,6 +4,9 @@
  * finite differences of it, over shapes with odd sizes, size-1 dims and operand orders, replicated and
  * with each even dimension split over the mesh (so fused ops also run their split phases).
  *
+ * Ops without a gradient (the fused optimizer updates) are checked forward only, and differentiating through
+ * them must be an error.
+ *
  *   mpiexec -n 2 test_backend_conformance [--backend KIND] [--break OP]
  *
  * --break OP makes OP's kernel deliberately wrong (its first output element is shifted, or with
@@ -148,6 +151,33 @@ static mtf_tensor c_xent_grad_vocab_first(ARGS) {
   return mtf_softmax_xent_grad(g, v[0], labels_input(g, in, n_in, "a:4"), v[1], "v", 0.0f);
 }
 static mtf_tensor c_gelu_grad(ARGS) { UNUSED_INPUTS; return mtf_gelu_grad(g, v[0], v[1]); }
+/* Optimizer updates. Scalars come from reductions of a variable, so over a split dim they arrive as partial
+ * sums the update's lowering must sum first. */
+static mtf_tensor scalar_of(mtf_graph *g, mtf_tensor x, float scale, float offset) {
+  mtf_shape scalar = {0};
+  return mtf_scalar_add(g, mtf_scalar_multiply(g, mtf_sigmoid(g, mtf_reduce_sum(g, x, &scalar)), scale), offset);
+}
+static mtf_tensor c_moving_average(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_moving_average(g, v[0], v[1], MTF_NO_TENSOR, 0.9f, 1, 0.0f);
+}
+static mtf_tensor c_moving_average_decay(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_moving_average(g, v[0], v[1], scalar_of(g, v[2], 0.5f, 0.25f), 0.0f, 2, 0.125f);
+}
+static mtf_tensor c_adam_update(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape scalar = {0};
+  mtf_tensor step = mtf_constant(g, &scalar, 3.0f);
+  return mtf_adam_update(g, v[0], v[1], positive(g, v[2]), scalar_of(g, v[1], 0.5f, 0.0f), step, 0.9f, 0.999f, 1e-3f,
+                         0.1f);
+}
+static mtf_tensor c_adam_update_no_beta1(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape scalar = {0};
+  mtf_tensor step = mtf_scalar_add(g, mtf_constant(g, &scalar, 0.0f), 1.0f);
+  return mtf_adam_update(g, v[0], v[1], positive(g, v[2]), mtf_constant(g, &scalar, 0.25f), step, 0.0f, 0.5f, 1e-8f, 0.0f);
+}
 
 static const op_case cases[] = {
     {"einsum matmul", {"a:3,d:4", "d:4,b:5"}, c_matmul},
@@ -193,6 +223,14 @@ static const op_case cases[] = {
     {"softmax_cross_entropy_grad + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_grad},
     {"softmax_cross_entropy_grad, vocab first", {"v:8,a:4", "a:4"}, c_xent_grad_vocab_first},
     {"gelu_grad", {"a:3,d:4", "a:3,d:4"}, c_gelu_grad},
+};
+
+/* Ops without a gradient: values only, and mtf_gradients through them must fail. */
+static const op_case forward_only_cases[] = {
+    {"moving_average, constant decay", {"a:3,d:4", "a:3,d:4"}, c_moving_average},
+    {"moving_average, decay tensor, squared", {"a:3,c:1,d:4", "a:3,c:1,d:4", "d:4"}, c_moving_average_decay},
+    {"adam_update", {"a:3,d:4", "a:3,d:4", "a:3,d:4"}, c_adam_update},
+    {"adam_update, beta1 0, step 1", {"d:4,b:5", "d:4,b:5", "d:4,b:5"}, c_adam_update_no_beta1},
 };
 
 static int world_rank;
@@ -271,7 +309,26 @@ static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, co
 
 static unsigned covered[MTF_OP_COUNT];
 
-static void run_case(const op_case *c, const char *backend, mtf_comm *comm) {
+/* Differentiating through an op without a gradient is an error naming the op (in a copy of the case's graph:
+ * the error is sticky). */
+static void check_no_gradient(const op_case *c, const mtf_graph *g, int n_vars, const mtf_tensor *vars) {
+  mtf_graph *copy = mtf_graph_create(1234);
+  mtf_tensor copy_vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
+  int n_inputs = 0;
+  for (int i = 0; i < n_vars; i++)
+    copy_vars[i] = mtf_variable(copy, mtf_tensor_name(g, vars[i]), mtf_tensor_shape(g, vars[i]), MTF_INIT_NORMAL, 1.0f);
+  mtf_tensor y = c->build(copy, copy_vars, inputs, &n_inputs);
+  mtf_shape scalar = {0};
+  mtf_tensor copy_loss = mtf_reduce_sum(copy, y, &scalar);
+  mtf_error err;
+  int rc = mtf_gradients(copy, copy_loss, n_vars, copy_vars, grads);
+  mtf_graph_status(copy, &err);
+  CHECK(rc == MTF_ERR_INVALID && strstr(err.msg, "has no gradient") != NULL);
+  if (rc != MTF_ERR_INVALID && world_rank == 0) fprintf(stderr, "FAIL %s: differentiating it did not fail\n", c->name);
+  mtf_graph_destroy(copy);
+}
+
+static void run_case(const op_case *c, int forward_only, const char *backend, mtf_comm *comm) {
   mtf_graph *g = mtf_graph_create(1234);
   mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
   int n_vars = 0, n_inputs = 0;
@@ -292,7 +349,12 @@ static void run_case(const op_case *c, const char *backend, mtf_comm *comm) {
   mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
   mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
   mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
-  CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
+  if (forward_only) {
+    check_no_gradient(c, g, n_vars, vars);
+  } else {
+    CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
+  }
+  const int n_grads = forward_only ? 0 : n_vars;
   for (int i = 0; i < g->n_nodes; i++) covered[g->nodes[i].kind]++;
 
   int32_t *ids[MAX_INPUTS];
@@ -305,11 +367,11 @@ static void run_case(const op_case *c, const char *backend, mtf_comm *comm) {
   }
   double **ref = mtf_reference_evaluate(g, ids_double, NULL);
   double worst_fd = 0;
-  for (int v = 0; v < n_vars; v++) worst_fd = fmax(worst_fd, ref_gradient_error(g, loss, vars[v], grads[v], ids_double, ref));
+  for (int v = 0; v < n_grads; v++) worst_fd = fmax(worst_fd, ref_gradient_error(g, loss, vars[v], grads[v], ids_double, ref));
   if (c->build == c_stop) worst_fd = 0; /* finite differences see through stop_gradient; the engine check covers it */
 
   mtf_tensor fetches[1 + MAX_VARS] = {y};
-  for (int v = 0; v < n_vars; v++) fetches[1 + v] = grads[v];
+  for (int v = 0; v < n_grads; v++) fetches[1 + v] = grads[v];
   /* Replicated, each even dimension of the case's variables and inputs split over the mesh axis, and each
    * pair of them (tensors holding both are refused by the layout rules and skipped). */
   char dims[12][MTF_NAME_MAX];
@@ -335,7 +397,7 @@ static void run_case(const op_case *c, const char *backend, mtf_comm *comm) {
   int ok = 1, run_layouts = 0;
   for (int l = 0; l < n_layouts && ok; l++) {
     int skipped = 0;
-    double e = engine_error(g, backend, comm, layouts[l], 1 + n_vars, fetches, inputs, n_inputs, ids, ref, &ok,
+    double e = engine_error(g, backend, comm, layouts[l], 1 + n_grads, fetches, inputs, n_inputs, ids, ref, &ok,
                             &skipped);
     run_layouts += !skipped;
     if (e > 2e-5 && world_rank == 0) fprintf(stderr, "  %s: layout '%s' engine error %.2e\n", c->name, layouts[l], e);
@@ -381,7 +443,11 @@ int main(int argc, char **argv) {
   char kinds[128];
   snprintf(kinds, sizeof kinds, "%s", only_backend ? only_backend : mtf_backend_kinds());
   for (char *save = NULL, *kind = strtok_r(kinds, ", ", &save); kind; kind = strtok_r(NULL, ", ", &save))
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], kind, comm);
+  {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 0, kind, comm);
+    for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
+      run_case(&forward_only_cases[i], 1, kind, comm);
+  }
   /* Every op of the table was exercised. */
   for (int k = 0; k < MTF_OP_COUNT; k++) {
     if (!covered[k] && world_rank == 0) fprintf(stderr, "FAIL no conformance case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);

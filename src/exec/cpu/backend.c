@@ -72,6 +72,7 @@ int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   mtf_cpu_register_elementwise(b->kernels);
   mtf_cpu_register_einsum(b->kernels);
   mtf_cpu_register_fused(b->kernels);
+  mtf_cpu_register_optimizer(b->kernels);
   mtf_cpu_register_attention(b->kernels);
   mtf_cpu_register_fused_grad(b->kernels);
   /* OpenBLAS' thread count is per process: one rank is one process. The kernels' own thread pool

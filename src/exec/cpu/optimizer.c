@@ -1,0 +1,37 @@
+/* CPU kernels of the fused optimizer ops (ops/optimizer_ops.c): one pass over the local slice, in float,
+ * with the per-step scalars (decay, bias corrections) computed once per call. Inputs of one op share the
+ * output's local shape (the ops' shape rule), so these are flat loops the compiler can vectorise. */
+#include "exec/cpu/cpu.h"
+#include "ops/optimizer_ops.h"
+
+static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  const int64_t n = mtf_shape_num_elements(&st->out_shape);
+  const float *old = a->in[0], *x = a->in[1];
+  const float keep = st->n_in == 3 ? ((const float *)a->in[2])[0] : st->params.moment.beta, mix = 1.0f - keep;
+  const float add = st->params.moment.add;
+  float *out = a->out;
+  if (st->params.moment.power == 2)
+    for (int64_t i = 0; i < n; i++) out[i] = keep * old[i] + mix * (x[i] * x[i] + add);
+  else
+    for (int64_t i = 0; i < n; i++) out[i] = keep * old[i] + mix * (x[i] + add);
+  return MTF_OK;
+}
+
+static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  const int64_t n = mtf_shape_num_elements(&st->out_shape);
+  const float *w = a->in[0], *m = a->in[1], *v = a->in[2];
+  const float lr = ((const float *)a->in[3])[0], step = ((const float *)a->in[4])[0];
+  const float inv_c1 = (float)(1.0 / mtf_adam_bias_correction(st->params.adam.beta1, step));
+  const float inv_c2 = (float)(1.0 / mtf_adam_bias_correction(st->params.adam.beta2, step));
+  const float eps = st->params.adam.epsilon, wd = st->params.adam.weight_decay;
+  float *out = a->out;
+  for (int64_t i = 0; i < n; i++) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+  return MTF_OK;
+}
+
+void mtf_cpu_register_optimizer(mtf_kernel_fn *k) {
+  k[MTF_OP_MOVING_AVERAGE] = k_moving_average;
+  k[MTF_OP_ADAM_UPDATE] = k_adam_update;
+}
