@@ -136,9 +136,9 @@ typedef struct step_scalars {
 /* Three fused passes: each moment (a slot's new value, so a node of its own), then the variable. */
 static int apply_adamw(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_tensor w, mtf_tensor grad, mtf_tensor lr,
                        const step_scalars *scalars, mtf_error *err) {
-  const mtf_shape *shape = mtf_tensor_shape(g, w);
-  mtf_tensor m = make_slot(g, w, "adam_m", shape, err);
-  mtf_tensor v = m == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adam_v", shape, err);
+  const mtf_shape shape = *mtf_tensor_shape(g, w); /* a copy: adding the slots may move the graph's nodes */
+  mtf_tensor m = make_slot(g, w, "adam_m", &shape, err);
+  mtf_tensor v = m == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adam_v", &shape, err);
   if (v == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
   mtf_tensor new_m = mtf_moving_average(g, m, grad, MTF_NO_TENSOR, cfg->beta1, 1, 0.0f);
   mtf_tensor new_v = mtf_moving_average(g, v, grad, MTF_NO_TENSOR, cfg->beta2, 2, 0.0f);

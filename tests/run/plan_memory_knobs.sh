@@ -20,7 +20,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ "$(field gradient_accumulators "$micro")" = "$(field parameters "$micro")" ] || fail "accumulators are not the parameters' size"
 [ "$(field apply_arena "$base")" = 0 ] || fail "an apply arena without microbatches"
 (( $(field train_arena "$micro") * 6 < $(field train_arena "$base") )) || fail "8 microbatches did not shrink the arena 6x"
-(( $(field train_arena "$both") * 3 < $(field train_arena "$micro") )) || fail "recompute did not shrink the arena 3x"
+# With fused attention no [length, memory_length] weights are kept, and the logits (not recomputed) are a
+# large part of what is left: recompute halves the arena here (about 4x with model.fused_attention=false).
+(( $(field train_arena "$both") * 2 < $(field train_arena "$micro") )) || fail "recompute did not halve the arena"
 (( $(field flops_per_step "$both") > $(field flops_per_step "$micro") )) || fail "recompute costs no FLOPs?"
 (( $(field run_total "$both") < $(field run_total "$base") )) || fail "the run total did not fall"
 grep -q '"microbatches": 8, "recompute": "block"' <<< "$both" || fail "the JSON does not name the settings"
