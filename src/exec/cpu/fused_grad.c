@@ -1,11 +1,15 @@
 /* CPU kernels of the fused gradient ops (ops/fused_grad.c) in each phase. A "row" is every index of the
  * other dims; the op's dim has local size `len` and stride `inner` within the row. Each row function
  * takes the stride as an argument and is called with a literal 1 when the dim is innermost, so the
- * compiler makes a contiguous copy of it. Sums accumulate in double, elementwise work is in float.
+ * compiler makes a contiguous copy of it. Sums accumulate in double, elementwise work is in float; exp and
+ * gelu' are fastmath.h's (no libm call in a loop: the loops vectorise, and the values are the forward kernels').
  * The split phases' statistics buffers are [k, rows]: statistic i of row r is at i * rows + r. */
 #include <math.h>
 
 #include "exec/cpu/cpu.h"
+#include "exec/cpu/fastmath.h"
+#include "exec/cpu/parallel.h"
+#include "exec/cpu/rowops.h"
 
 typedef struct rows {
   int64_t outer, len, inner, count; /* count = outer * inner rows */
@@ -41,7 +45,7 @@ static inline double softmax_row_sum(const float *y, const float *dy, int64_t le
 static inline void softmax_row_apply(const float *y, const float *dy, float sum, int64_t len, int64_t stride,
                                      int log_form, float *out) {
   if (log_form)
-    for (int64_t j = 0; j < len; j++) out[j * stride] = dy[j * stride] - expf(y[j * stride]) * sum;
+    for (int64_t j = 0; j < len; j++) out[j * stride] = dy[j * stride] - mtf_expf(y[j * stride]) * sum;
   else
     for (int64_t j = 0; j < len; j++) out[j * stride] = y[j * stride] * (dy[j * stride] - sum);
 }
@@ -154,6 +158,7 @@ static int k_norm_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 /* ---- cross-entropy: dlogits = (softmax(x) (1 + 2 z lse) - one_hot(label)) dy; labels are global ids,
  * this rank holds [dim_offset, dim_offset + len) ---- */
 static inline float xent_row_max(const float *x, int64_t len, int64_t stride) {
+  if (stride == 1) return mtf_row_max(x, len);
   float m = -INFINITY;
   for (int64_t j = 0; j < len; j++) m = x[j * stride] > m ? x[j * stride] : m;
   return m;
@@ -161,9 +166,13 @@ static inline float xent_row_max(const float *x, int64_t len, int64_t stride) {
 
 /* Writes exp(x - max) to out and returns its sum. */
 static inline double xent_row_exp(const float *x, float max, int64_t len, int64_t stride, float *out) {
+  if (stride == 1) { /* two loops that vectorise: the exponentials, then their sum */
+    for (int64_t j = 0; j < len; j++) out[j] = mtf_expf(x[j] - max);
+    return mtf_row_sum(out, len);
+  }
   double s = 0;
   for (int64_t j = 0; j < len; j++) {
-    float e = expf(x[j * stride] - max);
+    float e = mtf_expf(x[j * stride] - max);
     out[j * stride] = e;
     s += e;
   }
@@ -197,7 +206,10 @@ static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const
       case MTF_PHASE_STATS: { /* in: logits, the allreduced max, dy; exp(x - max) is recomputed in APPLY */
         float m = ((const float *)a->in[1])[row];
         double sum = 0;
-        for (int64_t j = 0; j < r->len; j++) sum += expf(x[b + j * stride] - m);
+        if (stride == 1)
+          sum = mtf_row_sum_exp(x + b, r->len, m);
+        else
+          for (int64_t j = 0; j < r->len; j++) sum += mtf_expf(x[b + j * stride] - m);
         out[row] = (float)sum;
         out[r->count + row] = carried(st, m);
         out[2 * r->count + row] = carried(st, ((const float *)a->in[2])[row]);
@@ -228,16 +240,20 @@ static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 }
 
 /* ---- gelu: dy * gelu'(x), the tanh form (as the unary GELU_GRAD) ---- */
+typedef struct gelu_grad_args {
+  const float *x, *dy;
+  float *out;
+} gelu_grad_args;
+
+static void gelu_grad_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const gelu_grad_args *g = ctx;
+  for (int64_t i = lo; i < hi; i++) g->out[i] = g->dy[i] * mtf_gelu_gradf(g->x[i]);
+}
+
 static int k_gelu_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  const float c = 0.7978845608028654f, k = 0.044715f;
-  const float *x = a->in[0], *dy = a->in[1];
-  float *out = a->out;
   int64_t n = mtf_shape_num_elements(&st->out_shape);
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i], t = tanhf(c * (v + k * v * v * v));
-    out[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * c * (1.0f + 3.0f * k * v * v));
-  }
+  gelu_grad_args g = {a->in[0], a->in[1], a->out};
+  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, n), n, gelu_grad_chunk, &g);
   return MTF_OK;
 }
 
