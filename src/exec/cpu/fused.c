@@ -10,24 +10,6 @@
 #include "exec/cpu/rowops.h"
 #include "exec/cpu/strided.h"
 
-typedef struct rows {
-  int64_t outer, len, inner, count; /* count = outer * inner rows */
-} rows;
-
-static rows rows_of(const mtf_shape *s, const char *dim) {
-  rows r = {1, 1, 1, 1};
-  int d = mtf_shape_index_of(s, dim);
-  for (int i = 0; i < s->rank; i++) {
-    if (i < d) r.outer *= s->dims[i].size;
-    if (i > d) r.inner *= s->dims[i].size;
-  }
-  r.len = d >= 0 ? s->dims[d].size : 1;
-  r.count = r.outer * r.inner;
-  return r;
-}
-
-static inline int64_t row_base(const rows *r, int64_t row) { return (row / r->inner) * r->len * r->inner + row % r->inner; }
-
 /* One row of a fused op in the step's phase; rows write disjoint outputs, so they split over threads. */
 typedef void (*row_fn)(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out);
 

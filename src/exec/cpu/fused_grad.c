@@ -11,24 +11,6 @@
 #include "exec/cpu/parallel.h"
 #include "exec/cpu/rowops.h"
 
-typedef struct rows {
-  int64_t outer, len, inner, count; /* count = outer * inner rows */
-} rows;
-
-static rows rows_of(const mtf_shape *s, const char *dim) {
-  rows r = {1, 1, 1, 1};
-  int d = mtf_shape_index_of(s, dim);
-  for (int i = 0; i < s->rank; i++) {
-    if (i < d) r.outer *= s->dims[i].size;
-    if (i > d) r.inner *= s->dims[i].size;
-  }
-  r.len = d >= 0 ? s->dims[d].size : 1;
-  r.count = r.outer * r.inner;
-  return r;
-}
-
-static inline int64_t row_base(const rows *r, int64_t row) { return (row / r->inner) * r->len * r->inner + row % r->inner; }
-
 /* The rank holding index 0 of the dim writes the values carried through a sum-allreduce; others write 0. */
 static inline float carried(const mtf_step *st, float value) { return st->dim_offset == 0 ? value : 0.0f; }
 
