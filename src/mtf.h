@@ -173,7 +173,8 @@ mtf_tensor mtf_minimum(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* gradient to
 /* a where cond != 0, else b (cond, a, b broadcast by name); gradient to a and b through the mask. */
 mtf_tensor mtf_where(mtf_graph *g, mtf_tensor cond, mtf_tensor a, mtf_tensor b);
 /* The float value of an int32 tensor (indices, labels), so float ops can use it; a float tensor is returned
- * as it is. No gradient. (Float ops given an int32 tensor are a builder error that names this.) */
+ * as it is. No gradient. (Float ops given an int32 tensor are a builder error that names this; fetch int32
+ * results such as positions through it too: mtf_session_fetch copies their int32 bits as they are.) */
 mtf_tensor mtf_to_float(mtf_graph *g, mtf_tensor x);
 
 /* ---- shape changes ---- */
