@@ -134,8 +134,10 @@ static int to_float_infer(mtf_graph *g, mtf_node *n) {
 }
 
 /* ---- gradients ---- */
-/* d x = sum over k_dim of one_hot(indices, dim) * dy: each chosen entry gets its value's gradient. The
- * indices are a node of their own (the builder's, if any, is not known here; the same positions). */
+/* d x = sum over k_dim of one_hot(indices, dim) * dy: each chosen entry gets its value's gradient (an
+ * elementwise product summed down to x's shape by mtf_grad_accumulate, not a batched einsum of tiny
+ * matmuls). The indices are a node of their own (the builder's, if any, is not known here; the same
+ * positions). */
 static void top_k_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
   mtf_graph *g = ctx->g;
   const mtf_node n = g->nodes[self];
@@ -145,7 +147,7 @@ static void top_k_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
   mtf_dim dim = xs.dims[mtf_shape_index_of(&xs, n.params.top_k.dim)];
   mtf_tensor indices = mtf_graph_add_op(g, MTF_OP_TOP_K_INDICES, 1, &x, &n.params, NULL);
   mtf_tensor chosen = mtf_one_hot(g, indices, &dim); /* [values' dims, dim] */
-  mtf_grad_accumulate(ctx, x, mtf_einsum2(g, chosen, dy, &xs));
+  mtf_grad_accumulate(ctx, x, mtf_multiply(g, chosen, dy));
 }
 
 /* The adjoint of a running sum is the running sum from the other end (same exclusivity). */
