@@ -75,8 +75,13 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
   mtf_program_memory mem;
   mtf_program_memory_of(&st->program, cfg, &mem);
   char mesh_text[MTF_SHAPE_STR_MAX];
-  printf("train: %lld parameters, mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens",
-         (long long)st->program.train_model.param_count, mtf_shape_format(&cfg->mesh_shape, mesh_text, sizeof mesh_text),
+  printf("train: %lld parameters", (long long)st->program.train_model.param_count);
+  if (st->program.train_model.n_moe > 0) /* what a token uses: the FLOPs and MFU count these */
+    printf(" (%lld active per token: %d MoE layers of %lld experts, top %d)",
+           (long long)(st->program.train_model.param_count - mtf_moe_inactive_params(&cfg->model)),
+           st->program.train_model.n_moe, (long long)cfg->model.moe.experts, mtf_moe_k(&cfg->model));
+  printf(", mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens",
+         mtf_shape_format(&cfg->mesh_shape, mesh_text, sizeof mesh_text),
          st->comm->size, cfg->mesh_layout, (long long)cfg->train.batch, (long long)cfg->model.length);
   if (st->program.microbatches > 1)
     printf(" in %d microbatches of %lld", st->program.microbatches,
