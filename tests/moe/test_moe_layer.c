@@ -3,7 +3,8 @@
  * second choices, an expert's slots filled until capacity. Checks the output, the load-balancing and
  * router z-losses and the metrics (top2 and switch, with capacity that drops routings, with one group per
  * sequence and with groups that cross sequences), and the gradients of a weighted sum of the output with
- * respect to the router and the experts' weights against central differences of the reference. */
+ * respect to the router and the experts' weights against central differences of the reference; and the FLOPs
+ * per token, which count only the experts a token uses. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "../check.h"
 #include "comm/mpi_comm.h"
 #include "model/moe.h"
+#include "model/transformer.h"
 
 enum { B = 4, L = 8, M = 6, F = 5, E = 4 };
 
@@ -215,6 +217,32 @@ static void check_case(mtf_comm *comm, const char *gating, int64_t group, double
   mtf_graph_destroy(p.g);
 }
 
+/* FLOPs per token count the experts a token uses: 6 x (all parameters - the unused experts of each MoE
+ * layer) + attention's, here from the sizes by hand. */
+static void check_flops(void) {
+  mtf_model_config m;
+  memset(&m, 0, sizeof m);
+  m.d_model = 32;
+  m.d_ff = 64;
+  m.heads = 4;
+  m.d_kv = 8;
+  m.length = 16;
+  m.layers = 4;
+  m.moe.experts = 8;
+  m.moe.every = 2; /* layers 1 and 3 */
+  int64_t total = 100000;
+  double attention = 12.0 * 4 * 16 * (4 * 8);
+  for (int top2 = 0; top2 < 2; top2++) {
+    snprintf(m.moe.gating, sizeof m.moe.gating, "%s", top2 ? "top2" : "switch");
+    int64_t unused = 2 * (8 - (top2 ? 2 : 1)) * (2 * 32 * 64);
+    double want = 6.0 * (double)(total - unused) + attention, got = mtf_transformer_flops_per_token(&m, total);
+    printf("flops per token, %s: %.0f (by hand %.0f)\n", m.moe.gating, got, want);
+    CHECK(fabs(got - want) < 1e-6 * want);
+  }
+  m.moe.experts = 0;
+  CHECK(fabs(mtf_transformer_flops_per_token(&m, total) - (6.0 * (double)total + attention)) < 1e-6 * attention);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   mtf_shape mesh;
@@ -222,6 +250,7 @@ int main(int argc, char **argv) {
   mtf_comm *comm;
   mtf_error err;
   if (mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) fail("comm", &err);
+  check_flops();
   check_case(comm, "top2", L, 1.0);      /* capacity 4 of 8: routings dropped */
   check_case(comm, "switch", L, 1.0);    /* capacity 2 of 8 */
   check_case(comm, "top2", 2 * L, 1.5);  /* groups of two sequences: a reshape */
