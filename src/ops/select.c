@@ -196,9 +196,10 @@ static int split_parts(mtf_lowering *lw, int node, const char *dim, int *axis, i
 
 /* A split dim much longer than k (a vocabulary, many experts per rank): each rank selects its own k
  * candidates (values and global positions) into its slot of a zeroed [_stats: 2 * parts * k, rows] buffer,
- * one sum allreduce gives every rank all the candidates (each slot has one writer; adding zeros is exact),
- * and a last step selects the k best of them, whole along k_dim, sliced to the layout. Otherwise the dim is
- * gathered: fewer bytes when the local slice is at most twice the candidates. */
+ * one sum allreduce gives every rank all the candidates (each slot has one writer, and adding zeros is
+ * exact: only a -0 comes back as +0), and a last step selects the k best of them, whole along k_dim,
+ * sliced to the layout. Otherwise the dim is gathered: fewer bytes when the local slice is at most twice
+ * the candidates. */
 static int select_lower(mtf_lowering *lw, int node) {
   const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
   int axis;
