@@ -5,9 +5,10 @@
  * Order: an entry ranks before another when it is larger, or equal with a lower index; NaN ranks below
  * every number (so a row of NaNs still yields k positions, the lowest first).
  *
- * Lowering: the kernels need the selected or scanned dim whole. A layout splitting it gathers the input
- * along it first and slices the result back to the layout (the top-k dim k_dim, or the scanned dim): correct
- * on every layout; the other dims (batch, groups) stay split with no communication. */
+ * Lowering: the other dims (batch, groups) stay split with no communication. A layout splitting the
+ * selected or scanned dim runs the kernels in phases around one allreduce of small per-row statistics (each
+ * rank's k candidates; each rank's totals), or, for top-k when the local slice is not much longer than k,
+ * gathers the input along the dim and slices the result back to the layout (k_dim). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,14 +183,67 @@ static int whole_dim_lower(mtf_lowering *lw, int node, const char *dim, const ch
   return mtf_lower_set_value_sliced(lw, node, out, &out_shape);
 }
 
-static int select_lower(mtf_lowering *lw, int node) {
-  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
-  return whole_dim_lower(lw, node, n->params.top_k.dim, n->params.top_k.k_dim);
+/* A split dim, split over `axis` (or -1), and the number of its parts (mesh axis size). */
+static int split_parts(mtf_lowering *lw, int node, const char *dim, int *axis, int64_t *local_len) {
+  const mtf_graph *g = mtf_lowering_graph(lw);
+  int input = g->nodes[node].inputs[0];
+  mtf_shape xs = mtf_lowering_local_shape(lw, input);
+  int d = mtf_shape_index_of(&xs, dim);
+  *axis = mtf_lowering_split_axis(lw, input, dim);
+  *local_len = xs.dims[d].size;
+  return (int)(g->nodes[input].shape.dims[d].size / xs.dims[d].size);
 }
 
+/* A split dim much longer than k (a vocabulary, many experts per rank): each rank selects its own k
+ * candidates (values and global positions) into its slot of a zeroed [_stats: 2 * parts * k, rows] buffer,
+ * one sum allreduce gives every rank all the candidates (each slot has one writer, and adding zeros is
+ * exact: only a -0 comes back as +0), and a last step selects the k best of them, whole along k_dim,
+ * sliced to the layout. Otherwise the dim is gathered: fewer bytes when the local slice is at most twice
+ * the candidates. */
+static int select_lower(mtf_lowering *lw, int node) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  int axis;
+  int64_t local_len, k = n->params.top_k.k_dim[0] ? n->params.top_k.k : 1;
+  int parts = split_parts(lw, node, n->params.top_k.dim, &axis, &local_len);
+  int64_t candidates = k < local_len ? k : local_len;
+  /* positions travel as floats: exact below 2^24 */
+  if (axis < 0 || 2 * candidates > local_len || local_len * parts > (1 << 24))
+    return whole_dim_lower(lw, node, n->params.top_k.dim, n->params.top_k.k_dim);
+  int x, stats, out;
+  mtf_shape xs;
+  MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
+  mtf_shape rows = mtf_op_shape_without(&xs, n->params.top_k.dim);
+  mtf_shape stats_shape = mtf_op_stats_shape((int)(2 * parts * candidates), &rows);
+  mtf_dtype types[1] = {MTF_F32};
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, 1, &x, &xs, types, &stats_shape, &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, &stats_shape, 1u << axis, MTF_REDUCE_SUM));
+  const char *k_dims[1] = {n->params.top_k.k_dim};
+  mtf_shape out_shape = mtf_lowering_shape_whole(lw, node, n->params.top_k.k_dim[0] ? 1 : 0, k_dims);
+  MTF_CHECK(mtf_lower_phase_typed(lw, node, MTF_PHASE_APPLY, 1, &stats, &stats_shape, types, &out_shape, n->dtype, &out));
+  return mtf_lower_set_value_sliced(lw, node, out, &out_shape);
+}
+
+/* A split dim: each rank's row totals into its slot of a zeroed [_stats: parts, rows] buffer, one sum
+ * allreduce, then each rank scans its slice starting from the totals of the slices before it (after it,
+ * reversed). No gather: the totals are 1 / local length of the values. */
 static int scan_lower(mtf_lowering *lw, int node) {
   const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
-  return whole_dim_lower(lw, node, n->params.scan.dim, n->params.scan.dim);
+  int axis;
+  int64_t local_len;
+  int parts = split_parts(lw, node, n->params.scan.dim, &axis, &local_len);
+  if (axis < 0) return whole_dim_lower(lw, node, n->params.scan.dim, n->params.scan.dim); /* one local step */
+  int x, stats, out;
+  mtf_shape xs;
+  MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
+  mtf_shape rows = mtf_op_shape_without(&xs, n->params.scan.dim), stats_shape = mtf_op_stats_shape(parts, &rows);
+  mtf_dtype types[2] = {MTF_F32, MTF_F32};
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, 1, &x, &xs, types, &stats_shape, &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, &stats_shape, 1u << axis, MTF_REDUCE_SUM));
+  int in[2] = {x, stats};
+  mtf_shape in_shapes[2] = {xs, stats_shape}, out_shape = mtf_lowering_local_shape(lw, node);
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, in, in_shapes, types, &out_shape, &out));
+  mtf_lower_set_value(lw, node, out);
+  return MTF_OK;
 }
 
 static int local_lower(mtf_lowering *lw, int node) { return mtf_lower_local(lw, node, 0); }
@@ -266,12 +320,14 @@ static void copy_reference(const mtf_ref_args *a) {
   memcpy(a->out, a->in[0], sizeof(double) * (size_t)mtf_shape_num_elements(&a->n->shape));
 }
 
-const mtf_op_def mtf_op_top_k = {"top_k", MTF_DIM_NONE, select_infer, top_k_gradient, select_lower, input_flops, NULL,
+/* named_dim: the split phases' kernels need their slice's global offset along the dim (params.top_k.dim
+ * and params.scan.dim are where params.along.dim is). */
+const mtf_op_def mtf_op_top_k = {"top_k", MTF_DIM_IN_INPUT, select_infer, top_k_gradient, select_lower, input_flops, NULL,
                                  select_reference};
 /* Positions are piecewise constant: no gradient flows (the entry has none). */
-const mtf_op_def mtf_op_top_k_indices = {"top_k_indices", MTF_DIM_NONE, select_infer, NULL, select_lower, input_flops,
+const mtf_op_def mtf_op_top_k_indices = {"top_k_indices", MTF_DIM_IN_INPUT, select_infer, NULL, select_lower, input_flops,
                                          NULL, select_reference};
-const mtf_op_def mtf_op_cumsum = {"cumsum", MTF_DIM_NONE, scan_infer, scan_gradient, scan_lower, input_flops, NULL,
+const mtf_op_def mtf_op_cumsum = {"cumsum", MTF_DIM_IN_INPUT, scan_infer, scan_gradient, scan_lower, input_flops, NULL,
                                   scan_reference};
 const mtf_op_def mtf_op_where = {"where", MTF_DIM_NONE, where_infer, where_gradient, local_lower, mtf_op_flops_elements,
                                  NULL, where_reference};

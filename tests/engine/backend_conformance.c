@@ -302,6 +302,8 @@ static const op_case cases[] = {
     {"select: top_k, dim last", {"a:3,d:6", "k:2"}, c_top_k},
     {"select: top_k, dim first, k odd", {"d:4,a:3,b:2", "k:3"}, c_top_k},
     {"select: top_k, k = size (sort)", {"a:2,d:4,b:3", "k:4"}, c_top_k},
+    /* d split in 2 (4) leaves 8 (4) entries per rank: each selects 2 candidates, no gather */
+    {"select: top_k, k 2 of 16 (candidates)", {"a:3,d:16", "k:2"}, c_top_k},
     {"select: top_k with ties", {"a:4", "d:4"}, c_top_k_ties},
     {"select: argmax, dim last", {"a:3,d:4"}, c_argmax},
     {"select: argmax, dim first", {"d:6,a:2,b:3"}, c_argmax},

@@ -99,6 +99,31 @@ static void check_example(mtf_comm *comm, const char *layout) {
   mtf_graph_destroy(g);
 }
 
+/* ---- lowering: which communication a split dim costs (plans are pure: any mesh, here) ---- */
+static void check_plan(const char *what, int top_k, int64_t k, int64_t expect_gathers, int64_t expect_reduced_floats) {
+  mtf_graph *g = mtf_graph_create(1);
+  mtf_shape xs = S("r:3,d:16"), mesh = S("m:4");
+  mtf_tensor x = mtf_variable(g, "x", &xs, MTF_INIT_NORMAL, 1.0f), y;
+  mtf_dim kd = mtf_dim_make("k", k);
+  y = top_k ? mtf_top_k(g, x, "d", &kd, NULL) : mtf_cumsum(g, x, "d", 1);
+  mtf_layout_rules rules;
+  mtf_error err;
+  mtf_plan *plan = NULL;
+  int ok = mtf_layout_rules_parse("d:m", &rules, &err) == MTF_OK &&
+           mtf_plan_create(g, &mesh, &rules, 1, 1, &y, &plan, &err) == MTF_OK;
+  const mtf_plan_stats *st = ok ? mtf_plan_get_stats(plan) : NULL;
+  int64_t gathers = st ? st->comm_calls[MTF_COLL_ALLGATHER] : -1, reduces = st ? st->comm_calls[MTF_COLL_ALLREDUCE] : -1;
+  /* the statistics allreduced: a ring allreduce of n floats over 4 ranks sends 2 * 3/4 * n of them */
+  int64_t reduced = st ? st->comm_bytes[MTF_COLL_ALLREDUCE] * 2 / 3 / (int64_t)sizeof(float) : -1;
+  int pass = ok && gathers == expect_gathers && reduces == (expect_reduced_floats > 0) && reduced == expect_reduced_floats;
+  if (world_rank == 0)
+    printf("%s plan of %s on m:4: %lld allgathers, %lld allreduces of %lld floats\n", pass ? "ok  " : "FAIL", what,
+           (long long)gathers, (long long)reduces, (long long)reduced);
+  CHECK(pass);
+  mtf_plan_destroy(plan);
+  mtf_graph_destroy(g);
+}
+
 /* ---- builder errors ---- */
 static void check_error(const char *what, int k_size, const char *k_name, int int_arithmetic, const char *expect) {
   mtf_graph *g = mtf_graph_create(1);
@@ -225,6 +250,10 @@ int main(int argc, char **argv) {
     mtf_comm_destroy(comm);
   }
   if (world_rank == 0) {
+    /* 4 entries per rank: k 2 gives 2 candidates (values and positions) per rank per row, 2 * 4 * 2 * 3 */
+    check_plan("top_k, k 2 of 16, d split in 4", 1, 2, 0, 48);
+    check_plan("top_k, k 3 of 16, d split in 4 (gathered)", 1, 3, 1, 0);
+    check_plan("cumsum, d split in 4 (row totals)", 0, 0, 0, 12);
     check_error("k above the dim's size", 5, "k", 0, "k = 5 must be in [1, 4]");
     check_error("k of 0", 0, "k", 0, "k = 0 must be in [1, 4]");
     check_error("k dim already in the input", 2, "a", 0, "the new dimension 'a' must not be one of its dims");
