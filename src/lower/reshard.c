@@ -139,28 +139,30 @@ static int allgather(reshard *r, int d, int axis) {
   return MTF_OK;
 }
 
-/* One pass over the axes doing what is possible now of: slices and reduce-scatters (shrink == 1), or
- * alltoalls (shrink == 0). Sets *progress when something was done. */
-static int pass(reshard *r, const mtf_tensor_layout *to, int shrink, int *progress) {
+typedef enum move { MOVE_SLICE, MOVE_REDUCE_SCATTER, MOVE_ALLTOALL } move;
+
+/* One pass over the axes making the moves of one kind that are possible now (the wanted dim is whole);
+ * sets *progress when it made one. */
+static int pass(reshard *r, const mtf_tensor_layout *to, move kind, int *progress) {
   int rank = r->shape.rank, n_axes = r->lw->plan->mesh.rank;
   for (int axis = 0; axis < n_axes; axis++) {
     int now = dim_on(r->axis_of, rank, axis), want = dim_on(to->mesh_axis, rank, axis);
     if (now == want || want < 0 || r->axis_of[want] >= 0) continue; /* nothing to do, or its dim is held */
     int summed = (r->pending >> axis) & 1u;
-    if (shrink && summed) MTF_CHECK(reduce_scatter(r, want, axis));
-    else if (shrink && now < 0) MTF_CHECK(local_slice(r, want, axis));
-    else if (!shrink && now >= 0) MTF_CHECK(alltoall(r, now, want, axis));
+    if (kind == MOVE_SLICE && !summed && now < 0) MTF_CHECK(local_slice(r, want, axis));
+    else if (kind == MOVE_REDUCE_SCATTER && summed) MTF_CHECK(reduce_scatter(r, want, axis));
+    else if (kind == MOVE_ALLTOALL && now >= 0) MTF_CHECK(alltoall(r, now, want, axis));
     else continue;
     *progress = 1;
   }
   return MTF_OK;
 }
 
+/* Slices (free), then reduce-scatters of what the slices left, then alltoalls, while any is possible. */
 static int until_done(reshard *r, const mtf_tensor_layout *to) {
   for (int progress = 1; progress;) {
     progress = 0;
-    MTF_CHECK(pass(r, to, 1, &progress));
-    MTF_CHECK(pass(r, to, 0, &progress));
+    for (move kind = MOVE_SLICE; kind <= MOVE_ALLTOALL; kind++) MTF_CHECK(pass(r, to, kind, &progress));
   }
   return MTF_OK;
 }
