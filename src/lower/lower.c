@@ -108,17 +108,13 @@ int mtf_lw_allreduce(lowering *lw, int node, int buffer, const mtf_shape *shape,
   return mtf_lw_add_step(lw, &s);
 }
 
-/* Sums partial values over their pending axes, in place. */
-static int materialize_buffer(lowering *lw, int buffer, const mtf_shape *shape) {
-  if (lw->pending[buffer] == 0) return MTF_OK;
-  mtf_axis_set axes = lw->pending[buffer];
-  lw->pending[buffer] = 0;
-  return mtf_lw_allreduce(lw, lw->plan->buffers[buffer].node, buffer, shape, axes, MTF_REDUCE_SUM);
-}
-
+/* Sums node's partial values over their pending axes, in place: the resharding step to its own layout
+ * (one allreduce, and the buffer is summed for every later reader). */
 static int materialize(lowering *lw, int node) {
-  mtf_shape shape = mtf_lw_local_shape(lw->plan, node);
-  return materialize_buffer(lw, lw->plan->value_buffer[node], &shape);
+  mtf_plan *p = lw->plan;
+  int buffer = p->value_buffer[node], same;
+  if (lw->pending[buffer] == 0) return MTF_OK;
+  return mtf_lower_reshard(lw, node, buffer, &p->layouts[node], lw->pending[buffer], &p->layouts[node], &same);
 }
 
 /* Allgathers *buffer (local shape *shape) along tensor dim d over mesh axis `axis`; updates both. */
@@ -293,21 +289,21 @@ int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) 
   for (int k = 0; k < n->n_inputs; k++) {
     int input = n->inputs[k];
     MTF_CHECK(materialize(lw, input));
-    int buffer = p->value_buffer[input];
-    mtf_shape shape = mtf_lw_local_shape(p, input);
     const mtf_tensor_layout *layout = &p->layouts[input];
-    for (int d = 0; d < shape.rank; d++) {
+    mtf_tensor_layout want = *layout; /* the input's layout with the splits that cannot stay gathered */
+    for (int d = 0; d < layout->shape.rank; d++) {
       int axis = layout->mesh_axis[d];
-      if (axis < 0 || mtf_shape_has(&n->shape, shape.dims[d].name)) continue;
-      if ((out_axes & (1u << axis)) || (summed_on[axis] && strcmp(summed_on[axis], shape.dims[d].name) != 0)) {
-        MTF_CHECK(mtf_lw_gather_dim(lw, node, &buffer, &shape, d, axis));
+      const char *name = layout->shape.dims[d].name;
+      if (axis < 0 || mtf_shape_has(&n->shape, name)) continue;
+      if ((out_axes & (1u << axis)) || (summed_on[axis] && strcmp(summed_on[axis], name) != 0)) {
+        want.mesh_axis[d] = -1;
       } else {
         *reduced_axes |= 1u << axis;
-        summed_on[axis] = layout->shape.dims[d].name;
+        summed_on[axis] = name;
       }
     }
-    in[k] = buffer;
-    in_shapes[k] = shape;
+    MTF_CHECK(mtf_lower_reshard(lw, node, p->value_buffer[input], layout, 0, &want, &in[k]));
+    in_shapes[k] = mtf_layout_slice_shape(&want, &p->mesh);
     in_dtypes[k] = lw->g->nodes[input].dtype;
   }
   mtf_shape out_shape = mtf_lw_local_shape(p, node);
