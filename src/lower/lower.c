@@ -140,18 +140,6 @@ int mtf_lw_gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int
   return MTF_OK;
 }
 
-/* Emits a slice of `buffer` (shape *full) down to node's local slice, with the given start offsets. */
-static int slice_to(lowering *lw, int node, int buffer, const mtf_shape *full, const int64_t *offsets) {
-  mtf_shape out_shape = mtf_lw_local_shape(lw->plan, node);
-  int out = new_buffer(lw, MTF_BUF_ARENA, &out_shape, node);
-  if (out < 0) return -out;
-  mtf_step s = mtf_lw_one_input_step(MTF_STEP_SLICE, node, buffer, full, out, &out_shape);
-  memcpy(s.offsets, offsets, sizeof s.offsets);
-  MTF_CHECK(mtf_lw_add_step(lw, &s));
-  lw->plan->value_buffer[node] = out;
-  return MTF_OK;
-}
-
 /* ---- kernel steps ---- */
 
 /* Global offset, along the op's named dim, of the local part a kernel sees (0 where the buffer is whole). */
@@ -360,20 +348,11 @@ mtf_shape mtf_lowering_shape_whole(const mtf_lowering *lw, int node, int n_dims,
 
 int mtf_lower_set_value_sliced(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape) {
   mtf_plan *p = lw->plan;
+  mtf_tensor_layout whole = p->layouts[node]; /* the layout `shape` is: whole where it is larger */
   mtf_shape local = mtf_lw_local_shape(p, node);
-  int64_t node_offsets[MTF_MAX_RANK], offsets[MTF_MAX_RANK] = {0};
-  mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, node_offsets);
-  int need_slice = 0;
   for (int d = 0; d < shape->rank; d++)
-    if (shape->dims[d].size != local.dims[d].size) {
-      offsets[d] = node_offsets[d];
-      need_slice = 1;
-    }
-  if (!need_slice) {
-    p->value_buffer[node] = buffer;
-    return MTF_OK;
-  }
-  return slice_to(lw, node, buffer, shape, offsets);
+    if (shape->dims[d].size != local.dims[d].size) whole.mesh_axis[d] = -1;
+  return mtf_lower_reshard(lw, node, buffer, &whole, 0, &p->layouts[node], &p->value_buffer[node]);
 }
 
 static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int first_assign,
