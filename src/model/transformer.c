@@ -135,6 +135,10 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
                                    (long long)m->d_model);
   mtf_shape embed = shape_of("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
   mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
+  if (mtf_moe_layers(m) > 0 && (batch * m->length) % mtf_moe_group_size(m) != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "model.moe.group_size (%lld) does not divide the %lld x %lld tokens the "
+                         "model is built for: pick a divisor of %lld", (long long)mtf_moe_group_size(m),
+                         (long long)batch, (long long)m->length, (long long)(batch * m->length));
   out->moe = calloc((size_t)mtf_moe_layers(m) + 1, sizeof *out->moe);
   if (!out->moe) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
   out->tokens = mtf_input_int(g, "tokens", &tokens);
