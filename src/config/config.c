@@ -419,8 +419,9 @@ static int check_model_size(const mtf_config *cfg, const char *src, mtf_error *e
 /* The size of the mesh axis that the layout maps dimension `dim` to (1: not split). */
 static int64_t split_of(const mtf_config *cfg, const char *dim, const char **axis) {
   for (int i = 0; i < cfg->layout.count; i++) {
-    int a = strcmp(cfg->layout.rules[i].dim, dim) == 0 ? mtf_shape_index_of(&cfg->mesh_shape, cfg->layout.rules[i].axis) : -1;
-    if (a < 0) continue;
+    if (strcmp(cfg->layout.rules[i].dim, dim) != 0) continue;
+    int a = mtf_shape_index_of(&cfg->mesh_shape, cfg->layout.rules[i].axis);
+    if (a < 0) continue; /* an axis the mesh lacks: the rule is ignored (and warned about) */
     if (axis) *axis = cfg->mesh_shape.dims[a].name;
     return cfg->mesh_shape.dims[a].size;
   }
@@ -458,7 +459,8 @@ static int check_moe(const mtf_config *cfg, const char *src, mtf_error *err) {
   int64_t per_shard = tokens / shards;
   if (per_shard % group != 0) {
     char split_text[96] = "";
-    if (batch_axis) snprintf(split_text, sizeof split_text, " / %lld (mesh axis '%s' splits the batch)", (long long)shards, batch_axis);
+    if (batch_axis)
+      snprintf(split_text, sizeof split_text, " / %lld (mesh axis '%s' splits the batch)", (long long)shards, batch_axis);
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.group_size (%lld) does not divide the %lld tokens of a "
                          "data shard (train.batch %lld / train.microbatches %lld%s x model.length %lld): pick a "
                          "divisor of %lld, such as model.length %lld (group_size 0)", src, (long long)group,

@@ -87,9 +87,11 @@ mtf_moe_layer mtf_moe_feed_forward(mtf_graph *g, const mtf_model_config *m, mtf_
   /* Positions in the experts: every token's first choice before any second choice, tokens in order; the
    * routings at or past capacity are dropped. */
   mtf_tensor per_choice = mtf_reduce_sum_dim(g, mask, "group"); /* [batch, top_k, experts_unsplit] */
-  mtf_tensor position = mtf_multiply(g, mtf_add(g, mtf_cumsum(g, mask, "group", 1), mtf_cumsum(g, per_choice, "top_k", 1)), mask);
+  mtf_tensor earlier = mtf_add(g, mtf_cumsum(g, mask, "group", 1), mtf_cumsum(g, per_choice, "top_k", 1));
+  mtf_tensor position = mtf_multiply(g, earlier, mask);
   mtf_tensor kept = mtf_multiply(g, mask, mtf_less(g, position, mtf_constant(g, &scalar, (float)C)));
-  mtf_tensor slot = mtf_one_hot(g, mtf_reduce_sum_dim(g, position, "experts_unsplit"), &capacity); /* [batch, group, top_k, capacity] */
+  /* [batch, group, top_k, capacity]: positions past capacity have no slot */
+  mtf_tensor slot = mtf_one_hot(g, mtf_reduce_sum_dim(g, position, "experts_unsplit"), &capacity);
   mtf_shape routes = shape_of(4, &batch, &group, &experts_unsplit, &capacity);
   mtf_tensor dispatch = mtf_stop_gradient(g, mtf_einsum2(g, kept, slot, &routes));
   mtf_tensor combine = mtf_einsum2(g, mtf_multiply(g, kept, gates), slot, &routes);
@@ -114,7 +116,8 @@ mtf_moe_layer mtf_moe_feed_forward(mtf_graph *g, const mtf_model_config *m, mtf_
 
   /* Load balancing: experts * sum_e density_e * mean probability_e, averaged over groups, with density the
    * fraction of the group's tokens whose first choice is e. */
-  mtf_tensor first = mtf_reduce_sum_dim(g, mtf_multiply(g, mask, unit(g, &top, 0)), "top_k"); /* [batch, group, experts_unsplit] */
+  /* [batch, group, experts_unsplit]: the first choices alone */
+  mtf_tensor first = mtf_reduce_sum_dim(g, mtf_multiply(g, mask, unit(g, &top, 0)), "top_k");
   mtf_tensor density = mtf_reduce_sum_dim(g, first, "group"), proxy = mtf_reduce_sum_dim(g, probs, "group");
   out.aux_loss = mtf_reduce_sum(g, mtf_multiply(g, density, proxy), &scalar);
   out.aux_loss = mtf_scalar_multiply(g, out.aux_loss, (float)((double)E / ((double)G * (double)S * (double)S)));

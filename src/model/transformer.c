@@ -194,5 +194,6 @@ void mtf_transformer_free(mtf_transformer *t) {
 }
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {
-  return 6.0 * (double)(param_count - mtf_moe_inactive_params(m)) + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
+  double active = (double)(param_count - mtf_moe_inactive_params(m)); /* an MoE token uses k experts of each layer */
+  return 6.0 * active + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
 }
