@@ -37,7 +37,8 @@ static const key_spec schema[] = {
     {"model.layers", KEY_INT, F(model.layers), "2", 1, 1000, NULL, "transformer layers"},
     {"model.length", KEY_INT, F(model.length), "64", 1, 1 << 20, NULL, "sequence length (tokens per example)"},
     {"model.norm", KEY_CHOICE, F(model.norm), "rms", 0, 0, "rms|layer", "normalisation"},
-    {"model.activation", KEY_CHOICE, F(model.activation), "gelu", 0, 0, "relu|gelu", "feed-forward activation"},
+    {"model.activation", KEY_CHOICE, F(model.activation), "gelu", 0, 0, "relu|gelu|swiglu|geglu",
+     "feed-forward activation; swiglu and geglu are gated (two input projections wi_0, wi_1)"},
     {"model.tie_embeddings", KEY_BOOL, F(model.tie_embeddings), "true", 0, 1, NULL,
      "logits from the embedding (scaled by d_model^-0.5) instead of a separate [d_model, vocab]"},
     {"model.dropout", KEY_FLOAT, F(model.dropout), "0.0", 0, 0.99, NULL, "dropout rate in training"},
@@ -92,6 +93,8 @@ static const key_spec schema[] = {
      "forward+backward passes per step over train.batch / microbatches sequences each, gradients accumulated"},
     {"train.recompute", KEY_CHOICE, F(train.recompute), "none", 0, 0, "none|block",
      "block: the backward pass recomputes each transformer block's activations instead of keeping them"},
+    {"train.label_smoothing", KEY_FLOAT, F(model.label_smoothing), "0.0", 0, 1, NULL,
+     "eps in [0, 1): the training loss is (1-eps) * cross-entropy + eps * mean over vocab of -log_softmax"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
@@ -470,6 +473,16 @@ static int check_moe(const mtf_config *cfg, const char *src, mtf_error *err) {
   return MTF_OK;
 }
 
+/* The experts of an MoE layer have one input projection: a gated activation would need two. */
+static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
+  const char *act = cfg->model.activation;
+  if (cfg->model.moe.experts > 0 && (!strcmp(act, "swiglu") || !strcmp(act, "geglu")))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.activation '%s' is gated, which the mixture-of-experts layers "
+                         "(model.moe.experts %lld) do not support: use relu or gelu with MoE, or set model.moe.experts: 0",
+                         src, act, (long long)cfg->model.moe.experts);
+  return MTF_OK;
+}
+
 int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   MTF_CHECK(mtf_mesh_validate(&cfg->mesh_shape, err));
@@ -482,6 +495,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
                          "microbatch must hold the same number of sequences; pick a divisor of %lld", src,
                          (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   MTF_CHECK(check_moe(cfg, src, err));
+  MTF_CHECK(check_gated(cfg, src, err));
+  if (cfg->model.label_smoothing >= 1)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.label_smoothing is %g: it must be below 1 (at 1 the loss "
+                         "ignores the labels); 0.1 is usual, 0 turns smoothing off", src, cfg->model.label_smoothing);
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);

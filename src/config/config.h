@@ -20,7 +20,7 @@
 typedef struct mtf_model_config {
   int64_t vocab, d_model, d_ff, heads, d_kv, layers, length;
   char norm[MTF_CONFIG_TEXT];       /* rms | layer */
-  char activation[MTF_CONFIG_TEXT]; /* relu | gelu */
+  char activation[MTF_CONFIG_TEXT]; /* relu | gelu | swiglu | geglu (gated: wi_0, wi_1) */
   int tie_embeddings;
   double dropout, z_loss;
   int fused_attention;              /* attention as one fused op (ops/attention.c) */
@@ -33,6 +33,7 @@ typedef struct mtf_model_config {
     double aux_loss, router_z_loss; /* loss weights */
     int dropless;                   /* capacity for every token (no drops) in training too */
   } moe;
+  double label_smoothing;           /* train.label_smoothing: set here because the model builds the loss */
 } mtf_model_config;
 
 typedef struct mtf_train_config {

@@ -115,14 +115,27 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
   mtf_tensor h = norm(b, x, prefix);
   mtf_shape wi_shape = shape_of("d_model:%lld,d_ff:%lld", (long long)m->d_model, (long long)m->d_ff);
   mtf_shape wo_shape = shape_of("d_ff:%lld,d_model:%lld", (long long)m->d_ff, (long long)m->d_model);
-  snprintf(name, sizeof name, "%s/wi", prefix);
-  mtf_tensor wi = param(b, name, &wi_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
+  float in_scale = 1.0f / sqrtf((float)m->d_model);
   snprintf(name, sizeof name, "%s/wo", prefix);
   mtf_tensor wo = param(b, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_ff));
   mtf_shape hidden = *activations;
   hidden.dims[2] = mtf_dim_make("d_ff", m->d_ff);
-  mtf_tensor pre = mtf_einsum2(g, h, wi, &hidden);
-  mtf_tensor act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
+  mtf_tensor act;
+  if (mtf_activation_is_gated(m->activation)) {
+    /* Shazeer's GLU variants (T5 v1.1): act(h wi_0) * (h wi_1), act = swish (x sigmoid(x)) or gelu. */
+    snprintf(name, sizeof name, "%s/wi_0", prefix);
+    mtf_tensor wi_0 = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
+    snprintf(name, sizeof name, "%s/wi_1", prefix);
+    mtf_tensor wi_1 = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
+    mtf_tensor gate = mtf_einsum2(g, h, wi_0, &hidden), linear = mtf_einsum2(g, h, wi_1, &hidden);
+    gate = strcmp(m->activation, "swiglu") == 0 ? mtf_multiply(g, gate, mtf_sigmoid(g, gate)) : mtf_gelu(g, gate);
+    act = mtf_multiply(g, gate, linear);
+  } else {
+    snprintf(name, sizeof name, "%s/wi", prefix);
+    mtf_tensor wi = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
+    mtf_tensor pre = mtf_einsum2(g, h, wi, &hidden);
+    act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
+  }
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, dropout(b, act), wo, activations)));
 }
 
@@ -169,10 +182,21 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
   mtf_tensor xent = mtf_softmax_cross_entropy(g, out->logits, out->targets, "vocab", 0.0f);
   out->token_loss = mtf_set_name(g, mtf_scalar_multiply(g, mtf_reduce_sum(g, xent, &scalar), per_token), "token_loss");
   out->loss = out->token_loss;
+  if (m->label_smoothing > 0) {
+    /* (1-eps) xent + eps * mean over vocab of -log_softmax(logits) = (1-eps) xent + eps (lse - mean(logits));
+     * composed from ops that are exact with a split vocabulary (logsumexp and the sum reduce over it). */
+    float eps = (float)m->label_smoothing;
+    mtf_tensor uniform = mtf_subtract(g, mtf_logsumexp(g, out->logits, "vocab"),
+                                      mtf_scalar_multiply(g, mtf_reduce_sum_dim(g, out->logits, "vocab"),
+                                                          1.0f / (float)m->vocab));
+    out->loss = mtf_add(g, mtf_scalar_multiply(g, out->token_loss, 1.0f - eps),
+                        mtf_scalar_multiply(g, mtf_reduce_sum(g, uniform, &scalar), eps * per_token));
+    mtf_set_name(g, out->loss, "loss");
+  }
   if (m->z_loss > 0) {
     mtf_tensor lse = mtf_logsumexp(g, out->logits, "vocab");
     mtf_tensor z = mtf_scalar_multiply(g, mtf_reduce_sum(g, mtf_square(g, lse), &scalar), (float)m->z_loss * per_token);
-    out->loss = mtf_set_name(g, mtf_add(g, out->token_loss, z), "loss");
+    out->loss = mtf_set_name(g, mtf_add(g, out->loss, z), "loss");
   }
   for (int i = 0; i < out->n_moe; i++) {
     mtf_tensor aux = mtf_scalar_multiply(g, out->moe[i].aux_loss, (float)m->moe.aux_loss);
@@ -191,6 +215,10 @@ void mtf_transformer_free(mtf_transformer *t) {
   t->moe = NULL;
   t->n_moe = 0;
   t->n_params = 0;
+}
+
+int mtf_activation_is_gated(const char *activation) {
+  return strcmp(activation, "swiglu") == 0 || strcmp(activation, "geglu") == 0;
 }
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {

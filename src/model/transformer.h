@@ -2,11 +2,14 @@
  * tokens [batch, length] -> embedding [vocab, d_model] + positions [length, d_model] -> layers x
  * (norm -> causal self-attention (wq, wk, wv [d_model, heads, d_kv], wo [heads, d_kv, d_model], keys and
  * values renamed to memory_length) -> residual; norm -> wi [d_model, d_ff], activation, wo [d_ff, d_model]
- * -> residual) -> final norm -> logits (tied: embedding scaled by d_model^-0.5; else unembed/w
- * [d_model, vocab]) -> mean softmax cross-entropy (+ z-loss).
+ * -> residual; with a gated activation (swiglu, geglu) act(h wi_0) * (h wi_1) instead, wi_0 and wi_1
+ * [d_model, d_ff]) -> final norm -> logits (tied: embedding scaled by d_model^-0.5; else unembed/w
+ * [d_model, vocab]) -> mean softmax cross-entropy (+ z-loss), with train.label_smoothing eps
+ * (1-eps) xent + eps mean_vocab(-log_softmax) in the training loss (token_loss stays plain cross-entropy).
  *
  * Variable names are stable, since checkpoints use them: embed/wte, embed/wpe,
- * layer_NNN/attn/{norm_scale, norm_bias, wq, wk, wv, wo}, layer_NNN/mlp/{norm_scale, norm_bias, wi, wo},
+ * layer_NNN/attn/{norm_scale, norm_bias, wq, wk, wv, wo}, layer_NNN/mlp/{norm_scale, norm_bias, wi, wo}
+ * (wi_0 and wi_1 in place of wi when gated),
  * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied).
  * With model.moe.experts > 0, every model.moe.every-th layer's feed-forward is a mixture of experts
  * (model/moe.h), layer_NNN/moe/{norm_scale, norm_bias, router, wi, wo}, and the loss adds each MoE layer's
@@ -21,7 +24,7 @@
 typedef struct mtf_transformer {
   mtf_tensor tokens, targets; /* int32 inputs [batch, length] holding token ids (mtf_input_int) */
   mtf_tensor logits;          /* [batch, length, vocab] */
-  mtf_tensor loss;            /* scalar: mean cross-entropy (+ z-loss) */
+  mtf_tensor loss;            /* scalar: mean cross-entropy, label-smoothed (+ z-loss) */
   mtf_tensor token_loss;      /* scalar: mean cross-entropy alone (for eval and perplexity) */
   int n_params;
   mtf_tensor *params;         /* the model's variables (malloc'd) */
@@ -34,6 +37,9 @@ typedef struct mtf_transformer {
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *model, int64_t batch, float dropout,
                           mtf_transformer *out, mtf_error *err);
 void mtf_transformer_free(mtf_transformer *t);
+
+/* Whether model.activation is a gated one (swiglu, geglu): two input projections wi_0, wi_1. */
+int mtf_activation_is_gated(const char *activation);
 
 /* Model FLOPs per token for training (forward + backward): 6 N + 12 layers length heads d_kv, where N
  * counts the experts a token uses (k of each MoE layer), not all of them. */
