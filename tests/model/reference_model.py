@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""An independent double-precision PyTorch implementation of mtf's decoder-only model, written from the
+model description in README.md (the config reference and "The model:"), not from the C code. It reads a
+checkpoint with h5py (the parameters and the config saved in it) and token shards, and prints, as JSON,
+the mean over every window of the shards of:
+  xent:  -log_softmax(logits)[target]                                    (what `mtf eval` reports)
+  train: (1-eps) xent + eps mean_v(-log_softmax(logits)[v]) + z_loss lse^2  (the training loss, with
+         eps = train.label_smoothing and lse = logsumexp of the logits)
+Windows follow the shard rule: a shard of n tokens holds floor((n-1)/T) windows of T+1 tokens starting at
+0, T, 2T, ...; inputs are the first T tokens, targets the last T.
+
+usage: reference_model.py CHECKPOINT SHARD..."""
+import json
+import math
+import sys
+
+import h5py
+import numpy as np
+import torch
+import yaml
+
+torch.set_default_dtype(torch.float64)
+
+
+def load(path):
+    with h5py.File(path, "r") as f:
+        config = yaml.safe_load(f.attrs["config"].decode())
+        params = {}
+        for ds in f["variables"].values():
+            if ds.attrs["kind"] in (b"parameter", "parameter"):
+                name = ds.attrs["variable"]
+                name = name.decode() if isinstance(name, bytes) else str(name)
+                params[name] = torch.tensor(ds[()].astype(np.float64))
+    return config, params
+
+
+def windows(paths, length):
+    rows = []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            tokens = f["tokens"][()].astype(np.int64)
+        for w in range((len(tokens) - 1) // length):
+            rows.append(tokens[w * length: w * length + length + 1])
+    return torch.tensor(np.stack(rows))
+
+
+def norm(x, p, prefix, kind):
+    """RMS norm x / sqrt(mean x^2 + 1e-6) * scale, or layer norm (x - mean) / sqrt(var + 1e-6) * scale + bias."""
+    if kind == "layer":
+        centred = x - x.mean(-1, keepdim=True)
+        return centred / torch.sqrt((centred ** 2).mean(-1, keepdim=True) + 1e-6) * p[prefix + "/norm_scale"] \
+            + p[prefix + "/norm_bias"]
+    return x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + 1e-6) * p[prefix + "/norm_scale"]
+
+
+def gelu(x):  # the tanh approximation
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def feed_forward(h, p, prefix, activation):
+    if activation in ("swiglu", "geglu"):  # act(h wi_0) * (h wi_1), act = swish or gelu
+        gate = h @ p[prefix + "/wi_0"]
+        gate = gate * torch.sigmoid(gate) if activation == "swiglu" else gelu(gate)
+        hidden = gate * (h @ p[prefix + "/wi_1"])
+    else:
+        pre = h @ p[prefix + "/wi"]
+        hidden = torch.relu(pre) if activation == "relu" else gelu(pre)
+    return hidden @ p[prefix + "/wo"]
+
+
+def logits_of(model, p, tokens):
+    length = tokens.shape[1]
+    x = p["embed/wte"][tokens] + p["embed/wpe"][:length]
+    causal = torch.ones(length, length).tril().bool()
+    for layer in range(model["layers"]):
+        prefix = "layer_%03d/attn" % layer
+        h = norm(x, p, prefix, model["norm"])
+        q = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wq"])  # the scale 1/sqrt(d_kv) is in wq
+        k = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wk"])
+        v = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wv"])
+        scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
+        o = torch.softmax(scores, -1) @ v
+        x = x + torch.einsum("bhlk,hkd->bld", o, p[prefix + "/wo"])
+        prefix = "layer_%03d/mlp" % layer
+        x = x + feed_forward(norm(x, p, prefix, model["norm"]), p, prefix, model["activation"])
+    h = norm(x, p, "final", model["norm"])
+    if model["tie_embeddings"]:
+        return h @ p["embed/wte"].T / math.sqrt(model["d_model"])
+    return h @ p["unembed/w"]
+
+
+def main(checkpoint, shards):
+    config, p = load(checkpoint)
+    model = config["model"]
+    if model.get("moe.experts", 0):
+        sys.exit("reference_model.py: mixture-of-experts layers are not implemented here")
+    rows = windows(shards, model["length"])
+    logits = logits_of(model, p, rows[:, :-1])
+    targets = rows[:, 1:]
+    logp = torch.log_softmax(logits, -1)
+    xent = -logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    eps = config["train"].get("label_smoothing", 0)
+    lse = torch.logsumexp(logits, -1)
+    train = (1 - eps) * xent + eps * (-logp).mean(-1) + model["z_loss"] * lse ** 2
+    print(json.dumps({"windows": rows.shape[0], "xent": xent.mean().item(), "train": train.mean().item()}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2:])
