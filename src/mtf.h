@@ -129,6 +129,11 @@ mtf_tensor mtf_gather(mtf_graph *g, mtf_tensor table, mtf_tensor ids, const char
 /* Per-position cross-entropy of logits over `vocab_dim` against int32 labels, plus z_loss * lse^2 (fused). */
 mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, const char *vocab_dim,
                                      float z_loss);
+/* The same with label smoothing eps in [0, 1): (1-eps) (lse - logits[label]) + eps (lse - mean over vocab of
+ * logits) + z_loss lse^2, i.e. the cross-entropy against (1-eps) one_hot(label) + eps / vocab (fused; with a
+ * split vocabulary the sum of the logits joins the one stats allreduce). */
+mtf_tensor mtf_softmax_cross_entropy_smoothed(mtf_graph *g, mtf_tensor logits, mtf_tensor labels,
+                                              const char *vocab_dim, float z_loss, float label_smoothing);
 /* x where mask is 1, `fill` where it is 0 (mask broadcasts by name). */
 mtf_tensor mtf_masked_fill(mtf_graph *g, mtf_tensor x, mtf_tensor mask, float fill);
 /* Keeps x[query_dim = i, memory_dim = j] for j <= i and fills the rest with -1e9. */

@@ -75,7 +75,9 @@ typedef union mtf_op_params {
   /* softmax, log_softmax, one_hot, gather, scatter_add: the named dimension the op works along */
   struct { char dim[MTF_NAME_MAX]; } along;
   struct { char dim[MTF_NAME_MAX]; float epsilon; } norm;
-  struct { char dim[MTF_NAME_MAX]; float z_loss; } xent;
+  /* label_smoothing eps: (1-eps) xent + eps mean over dim of -log_softmax; vocab: the dim's global size
+   * (set by the shape rule, so the kernels of a split dim know it) */
+  struct { char dim[MTF_NAME_MAX]; float z_loss; float label_smoothing; int64_t vocab; } xent;
   struct { float value; } fill;
   /* attention: query positions along dim, key/value positions along memory, features along depth; the
    * weights kept with probability keep (1: no dropout) by the random_keep mask of `key` */
@@ -146,6 +148,8 @@ mtf_tensor mtf_log_softmax_grad(mtf_graph *g, mtf_tensor y, mtf_tensor dy, const
 mtf_tensor mtf_norm_grad(mtf_graph *g, mtf_op_kind forward, mtf_tensor x, mtf_tensor dy, const char *dim, float epsilon);
 mtf_tensor mtf_softmax_xent_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy, const char *dim,
                                  float z_loss);
+mtf_tensor mtf_softmax_xent_smoothed_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy,
+                                          const char *dim, float z_loss, float label_smoothing);
 mtf_tensor mtf_gelu_grad(mtf_graph *g, mtf_tensor x, mtf_tensor dy);
 /* x's slice at `index` along `dim`, without that dim (ops/attention.c: unstacks attention's outputs). */
 mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index);

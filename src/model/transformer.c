@@ -183,15 +183,11 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
   out->token_loss = mtf_set_name(g, mtf_scalar_multiply(g, mtf_reduce_sum(g, xent, &scalar), per_token), "token_loss");
   out->loss = out->token_loss;
   if (m->label_smoothing > 0) {
-    /* (1-eps) xent + eps * mean over vocab of -log_softmax(logits) = (1-eps) xent + eps (lse - mean(logits));
-     * composed from ops that are exact with a split vocabulary (logsumexp and the sum reduce over it). */
-    float eps = (float)m->label_smoothing;
-    mtf_tensor uniform = mtf_subtract(g, mtf_logsumexp(g, out->logits, "vocab"),
-                                      mtf_scalar_multiply(g, mtf_reduce_sum_dim(g, out->logits, "vocab"),
-                                                          1.0f / (float)m->vocab));
-    out->loss = mtf_add(g, mtf_scalar_multiply(g, out->token_loss, 1.0f - eps),
-                        mtf_scalar_multiply(g, mtf_reduce_sum(g, uniform, &scalar), eps * per_token));
-    mtf_set_name(g, out->loss, "loss");
+    /* (1-eps) xent + eps * mean over vocab of -log_softmax(logits), one fused op (its own pass over the
+     * logits; token_loss stays the plain cross-entropy, outside the gradient). */
+    mtf_tensor smoothed = mtf_softmax_cross_entropy_smoothed(g, out->logits, out->targets, "vocab", 0.0f,
+                                                             (float)m->label_smoothing);
+    out->loss = mtf_set_name(g, mtf_scalar_multiply(g, mtf_reduce_sum(g, smoothed, &scalar), per_token), "loss");
   }
   if (m->z_loss > 0) {
     mtf_tensor lse = mtf_logsumexp(g, out->logits, "vocab");

@@ -46,8 +46,14 @@ mtf_tensor mtf_layer_norm(mtf_graph *g, mtf_tensor x, const char *dim, mtf_tenso
 
 mtf_tensor mtf_softmax_cross_entropy(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, const char *vocab_dim,
                                      float z_loss) {
+  return mtf_softmax_cross_entropy_smoothed(g, logits, labels, vocab_dim, z_loss, 0.0f);
+}
+
+mtf_tensor mtf_softmax_cross_entropy_smoothed(mtf_graph *g, mtf_tensor logits, mtf_tensor labels,
+                                              const char *vocab_dim, float z_loss, float label_smoothing) {
   mtf_op_params p = along(vocab_dim);
   p.xent.z_loss = z_loss;
+  p.xent.label_smoothing = label_smoothing;
   mtf_tensor in[2] = {logits, labels};
   return mtf_graph_add_op(g, MTF_OP_SOFTMAX_XENT, 2, in, &p, NULL);
 }
@@ -75,6 +81,13 @@ static int xent_infer(mtf_graph *g, mtf_node *n) {
                    mtf_shape_format(&rows, b, sizeof b));
     return g->error.code;
   }
+  if (!(n->params.xent.label_smoothing >= 0.0f && n->params.xent.label_smoothing < 1.0f)) {
+    mtf_graph_fail(g, MTF_ERR_INVALID, "softmax_cross_entropy: label smoothing %g is outside [0, 1)",
+                   (double)n->params.xent.label_smoothing);
+    return g->error.code;
+  }
+  const mtf_shape *ls = &g->nodes[n->inputs[0]].shape;
+  n->params.xent.vocab = ls->dims[mtf_shape_index_of(ls, dim)].size;
   n->shape = rows;
   n->dtype = MTF_F32;
   return MTF_OK;
@@ -98,8 +111,9 @@ static void norm_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
 static void xent_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
   const mtf_node n = ctx->g->nodes[self];
   if (!mtf_grad_wanted(ctx, &n, 0)) return;
-  mtf_grad_accumulate(ctx, n.inputs[0], mtf_softmax_xent_grad(ctx->g, n.inputs[0], n.inputs[1], dy, n.params.xent.dim,
-                                                              n.params.xent.z_loss));
+  mtf_grad_accumulate(ctx, n.inputs[0],
+                      mtf_softmax_xent_smoothed_grad(ctx->g, n.inputs[0], n.inputs[1], dy, n.params.xent.dim,
+                                                     n.params.xent.z_loss, n.params.xent.label_smoothing));
 }
 
 /* ---- lowering ---- */
@@ -118,7 +132,8 @@ mtf_shape mtf_op_stats_shape(int k, const mtf_shape *rows) {
 }
 
 /* Split dim: a first per-row statistic (max, or sum for layer norm) allreduced, then per-row sums given it
- * allreduced (one [2, rows] buffer for cross-entropy), then the result. Two rounds for layer norm keep its
+ * allreduced (one [2, rows] buffer for cross-entropy: sum exp, the label's logit; [3, rows] with label
+ * smoothing, the sum of the logits too), then the result. Two rounds for layer norm keep its
  * variance a sum of squares about the mean (a one-pass E[x^2] - mean^2 cancels when |mean| >> std). */
 static int phased_lower(mtf_lowering *lw, int node) {
   const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
@@ -131,7 +146,8 @@ static int phased_lower(mtf_lowering *lw, int node) {
   mtf_shape xs, ls;
   MTF_CHECK(mtf_lower_input(lw, node, 0, &x, &xs));
   if (xent) MTF_CHECK(mtf_lower_input(lw, node, 1, &labels, &ls));
-  mtf_shape rows = mtf_op_shape_without(&xs, dim), pair = mtf_op_stats_shape(2, &rows);
+  int smoothed = xent && n->params.xent.label_smoothing != 0.0f;
+  mtf_shape rows = mtf_op_shape_without(&xs, dim), pair = mtf_op_stats_shape(smoothed ? 3 : 2, &rows);
   mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
   mtf_dtype types[3] = {MTF_F32, MTF_F32, xent ? mtf_lowering_graph(lw)->nodes[n->inputs[1]].dtype : MTF_F32};
   if (!rms) {
@@ -224,8 +240,9 @@ static void xent_reference(const mtf_ref_args *a) {
     for (int64_t j = 0; j < w.size; j++) max = fmax(max, a->in[0][base + j * w.stride]);
     for (int64_t j = 0; j < w.size; j++) sum += exp(a->in[0][base + j * w.stride] - max);
     if (label >= 0 && label < w.size) target = a->in[0][base + label * w.stride];
-    double lse = max + log(sum);
-    a->out[row] = lse - target + a->n->params.xent.z_loss * lse * lse;
+    double lse = max + log(sum), eps = a->n->params.xent.label_smoothing, mean = 0;
+    for (int64_t j = 0; j < w.size; j++) mean += a->in[0][base + j * w.stride] / (double)w.size;
+    a->out[row] = (1 - eps) * (lse - target) + eps * (lse - mean) + a->n->params.xent.z_loss * lse * lse;
   } while (mtf_ref_next(&w.rows, w.index));
 }
 

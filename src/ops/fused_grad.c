@@ -45,10 +45,16 @@ mtf_tensor mtf_norm_grad(mtf_graph *g, mtf_op_kind forward, mtf_tensor x, mtf_te
 
 mtf_tensor mtf_softmax_xent_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy, const char *dim,
                                  float z_loss) {
+  return mtf_softmax_xent_smoothed_grad(g, logits, labels, dy, dim, z_loss, 0.0f);
+}
+
+mtf_tensor mtf_softmax_xent_smoothed_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor labels, mtf_tensor dy,
+                                          const char *dim, float z_loss, float label_smoothing) {
   mtf_op_params p;
   memset(&p, 0, sizeof p);
   snprintf(p.xent.dim, sizeof p.xent.dim, "%s", dim);
   p.xent.z_loss = z_loss;
+  p.xent.label_smoothing = label_smoothing;
   mtf_tensor in[3] = {logits, labels, dy};
   return mtf_graph_add_op(g, MTF_OP_SOFTMAX_XENT_GRAD, 3, in, &p, NULL);
 }
@@ -85,6 +91,8 @@ static int xent_grad_infer(mtf_graph *g, mtf_node *n) {
   if (!mtf_op_needs_dim(g, n, 0, n->params.xent.dim, mtf_op(n->kind)->name)) return g->error.code;
   mtf_shape rows = mtf_op_shape_without(&g->nodes[n->inputs[0]].shape, n->params.xent.dim);
   if (!same_shape_as(g, n, 1, 0, &rows) || !same_shape_as(g, n, 2, 0, &rows)) return g->error.code;
+  const mtf_shape *ls = &g->nodes[n->inputs[0]].shape;
+  n->params.xent.vocab = ls->dims[mtf_shape_index_of(ls, n->params.xent.dim)].size;
   n->shape = g->nodes[n->inputs[0]].shape;
   n->dtype = MTF_F32;
   return MTF_OK;
@@ -116,7 +124,8 @@ static mtf_tensor norm_grad_composite(mtf_graph *g, const mtf_node *n, const mtf
   return mtf_multiply(g, inner, r);
 }
 
-/* (softmax * (1 + 2 z lse) - one_hot(label)) * dy: d (z lse^2) = 2 z lse softmax. */
+/* (softmax * (1 + 2 z lse) - (1 - eps) one_hot(label) - eps / vocab) * dy: d (z lse^2) = 2 z lse softmax,
+ * and the smoothing term's target is uniform. */
 static mtf_tensor xent_grad_composite(mtf_graph *g, const mtf_node *n, const mtf_tensor *in) {
   mtf_tensor logits = in[0], labels = in[1], dy = in[2];
   const char *dim = n->params.xent.dim;
@@ -125,8 +134,11 @@ static mtf_tensor xent_grad_composite(mtf_graph *g, const mtf_node *n, const mtf
   if (n->params.xent.z_loss != 0.0f)
     scale = mtf_multiply(g, dy, mtf_scalar_add(g, mtf_scalar_multiply(g, mtf_logsumexp(g, logits, dim),
                                                                       2.0f * n->params.xent.z_loss), 1.0f));
-  return mtf_subtract(g, mtf_multiply(g, mtf_softmax(g, logits, dim), scale),
-                      mtf_multiply(g, mtf_one_hot(g, labels, &vocab), dy));
+  float eps = n->params.xent.label_smoothing;
+  mtf_tensor target = mtf_one_hot(g, labels, &vocab);
+  if (eps != 0.0f)
+    target = mtf_scalar_add(g, mtf_scalar_multiply(g, target, 1.0f - eps), eps / (float)vocab.size);
+  return mtf_subtract(g, mtf_multiply(g, mtf_softmax(g, logits, dim), scale), mtf_multiply(g, target, dy));
 }
 
 #define GELU_A 0.044715
@@ -331,7 +343,9 @@ static void xent_grad_reference(const mtf_ref_args *a) {
     double lse = max + log(sum);
     for (int64_t j = 0; j < w.size; j++) {
       int64_t e = base + j * w.stride;
-      a->out[e] = (exp(x[e] - max) / sum * (1.0 + 2.0 * z * lse) - (j == label ? 1.0 : 0.0)) * dy;
+      double eps = a->n->params.xent.label_smoothing;
+      a->out[e] = (exp(x[e] - max) / sum * (1.0 + 2.0 * z * lse) - (1 - eps) * (j == label ? 1.0 : 0.0) -
+                   eps / (double)w.size) * dy;
     }
   } while (mtf_ref_next(&w.rows, w.index));
 }

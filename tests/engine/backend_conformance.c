@@ -121,6 +121,12 @@ static mtf_tensor labels_input(mtf_graph *g, mtf_tensor *in, int *n_in, const ch
 }
 static mtf_tensor c_xent(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), "v", 1e-2f); }
 static mtf_tensor c_xent_vocab_first(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3"), "v", 0.0f); }
+static mtf_tensor c_xent_smoothed(ARGS) {
+  return mtf_softmax_cross_entropy_smoothed(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), "v", 1e-2f, 0.2f);
+}
+static mtf_tensor c_xent_smoothed_vocab_first(ARGS) {
+  return mtf_softmax_cross_entropy_smoothed(g, v[0], labels_input(g, in, n_in, "a:3"), "v", 0.0f, 0.1f);
+}
 static mtf_tensor c_gather(ARGS) { return mtf_gather(g, v[0], labels_input(g, in, n_in, "a:3,e:2"), "v"); }
 static mtf_tensor c_gather_vocab_last(ARGS) { return mtf_gather(g, v[0], labels_input(g, in, n_in, "b:5"), "v"); }
 
@@ -149,6 +155,9 @@ static mtf_tensor c_xent_grad(ARGS) {
 }
 static mtf_tensor c_xent_grad_vocab_first(ARGS) {
   return mtf_softmax_xent_grad(g, v[0], labels_input(g, in, n_in, "a:4"), v[1], "v", 0.0f);
+}
+static mtf_tensor c_xent_smoothed_grad(ARGS) {
+  return mtf_softmax_xent_smoothed_grad(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), v[1], "v", 1e-2f, 0.2f);
 }
 static mtf_tensor c_gelu_grad(ARGS) { UNUSED_INPUTS; return mtf_gelu_grad(g, v[0], v[1]); }
 /* Selection (ops/select.c). Positions come back through to_float, so a wrong index shows in the value;
@@ -288,6 +297,8 @@ static const op_case cases[] = {
     {"causal attention + logsumexp output", {"q:5,a:2,e:2", "a:2,m:5,e:2", "a:2,m:5,e:2"}, c_attention_lse},
     {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
     {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},
+    {"softmax_cross_entropy + label smoothing + z_loss", {"a:3,c:1,v:6"}, c_xent_smoothed},
+    {"softmax_cross_entropy + label smoothing, vocab first", {"v:8,a:3"}, c_xent_smoothed_vocab_first},
     {"gather / scatter_add", {"v:6,d:4"}, c_gather},
     {"gather, vocab last", {"d:4,v:6"}, c_gather_vocab_last},
     {"gather with float ids", {"v:6,d:4"}, c_gather_float_ids},
@@ -298,6 +309,7 @@ static const op_case cases[] = {
     {"rms_norm_grad", {"a:3,d:4", "a:3,d:4"}, c_rms_norm_grad},
     {"softmax_cross_entropy_grad + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_grad},
     {"softmax_cross_entropy_grad, vocab first", {"v:8,a:4", "a:4"}, c_xent_grad_vocab_first},
+    {"softmax_cross_entropy_grad + label smoothing + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_smoothed_grad},
     {"gelu_grad", {"a:3,d:4", "a:3,d:4"}, c_gelu_grad},
     {"select: top_k, dim last", {"a:3,d:6", "k:2"}, c_top_k},
     {"select: top_k, dim first, k odd", {"d:4,a:3,b:2", "k:3"}, c_top_k},

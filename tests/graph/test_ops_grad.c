@@ -69,6 +69,11 @@ static mtf_tensor b_xent(mtf_graph *g, const mtf_tensor *v) {
   mtf_tensor labels = mtf_scalar_add(g, mtf_range(g, &a), 1.0f);
   return mtf_softmax_cross_entropy(g, v[0], labels, "v", 1e-2f);
 }
+static mtf_tensor b_xent_smoothed(mtf_graph *g, const mtf_tensor *v) {
+  mtf_dim a = D("a", 3);
+  mtf_tensor labels = mtf_scalar_add(g, mtf_range(g, &a), 1.0f);
+  return mtf_softmax_cross_entropy_smoothed(g, v[0], labels, "v", 1e-2f, 0.3f);
+}
 static mtf_tensor b_causal(mtf_graph *g, const mtf_tensor *v) {
   return mtf_softmax(g, mtf_causal_mask(g, v[0], "q", "m"), "m");
 }
@@ -132,6 +137,7 @@ static const op_case cases[] = {
     {"one_hot + range", {"a:3,v:5"}, b_one_hot},
     {"gather", {"v:5,b:4"}, b_gather},
     {"softmax_cross_entropy + z_loss", {"a:3,v:5"}, b_xent},
+    {"softmax_cross_entropy + label smoothing + z_loss", {"a:3,v:5"}, b_xent_smoothed},
     {"causal mask", {"q:3,m:3,b:2"}, b_causal},
     {"masked_fill", {"a:3,b:4"}, b_masked_fill},
     {"dropout", {"a:3,b:4"}, b_dropout},

@@ -156,11 +156,23 @@ static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   return MTF_OK;
 }
 
-/* Cross-entropy: loss = lse - x[label] + z * lse^2; labels are global ids, this rank holds
- * [dim_offset, dim_offset + len). */
+/* Cross-entropy: loss = (1 - eps) (lse - x[label]) + eps (lse - sum(x) / vocab) + z * lse^2; labels are
+ * global ids, this rank holds [dim_offset, dim_offset + len) of the vocab. */
+static float xent_value(const mtf_step *st, double lse, double target, double sum_x) {
+  double eps = st->params.xent.label_smoothing, z = st->params.xent.z_loss;
+  double smooth = eps != 0.0 ? eps * (lse - sum_x / (double)st->params.xent.vocab) : 0.0;
+  return (float)((1.0 - eps) * (lse - target) + smooth + z * lse * lse);
+}
+
+static double row_sum_x(const float *x, const rows *r, int64_t row) {
+  const float *p = x + row_base(r, row);
+  double s = 0;
+  for (int64_t j = 0; j < r->len; j++) s += p[j * r->inner];
+  return s;
+}
+
 static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out) {
   const float *x = a->in[0];
-  float z = st->params.xent.z_loss;
   if (st->phase == MTF_PHASE_MAX) {
     out[row] = row_max(x, r, row);
     return;
@@ -171,25 +183,26 @@ static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r
   double sum = row_sum_exp(x, r, row, m);
   int64_t local = mtf_cpu_index(labels, label_type, row) - st->dim_offset;
   double target = local >= 0 && local < r->len ? x[row_base(r, row) + local * r->inner] : 0.0;
+  int smoothed = st->params.xent.label_smoothing != 0.0f;
+  double sum_x = smoothed ? row_sum_x(x, r, row) : 0.0;
   if (st->phase == MTF_PHASE_STATS) {
     out[row] = (float)sum;
     out[r->count + row] = (float)target;
+    if (smoothed) out[2 * r->count + row] = (float)sum_x;
   } else {
-    double lse = m + log(sum);
-    out[row] = (float)(lse - target + z * lse * lse);
+    out[row] = xent_value(st, m + log(sum), target, sum_x);
   }
 }
 
 static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  float z = st->params.xent.z_loss;
   float *out = a->out;
-  if (st->phase == MTF_PHASE_APPLY) { /* in: max [rows], [sum exp, target] */
+  if (st->phase == MTF_PHASE_APPLY) { /* in: max [rows], [sum exp, target (, sum x with smoothing)] */
     const float *m = a->in[0], *stats = a->in[1];
     int64_t count = mtf_shape_num_elements(&st->out_shape);
-    for (int64_t row = 0; row < count; row++) {
-      double lse = m[row] + log((double)stats[row]);
-      out[row] = (float)(lse - stats[count + row] + z * lse * lse);
-    }
+    int smoothed = st->params.xent.label_smoothing != 0.0f;
+    for (int64_t row = 0; row < count; row++)
+      out[row] = xent_value(st, m[row] + log((double)stats[row]), stats[count + row],
+                            smoothed ? stats[2 * count + row] : 0.0);
     return MTF_OK;
   }
   run_rows(b, st, a, st->params.xent.dim, xent_row);

@@ -161,14 +161,21 @@ static inline double xent_row_exp(const float *x, float max, int64_t len, int64_
   return s;
 }
 
-/* out holds exp(x - max): scales it to the gradient and subtracts dy at the label. */
+/* out holds exp(x - max): scales it to the gradient and subtracts (1 - eps) dy at the label and eps dy /
+ * vocab everywhere (label smoothing eps). */
 static inline void xent_row_apply(const mtf_step *st, float max, double sum, float dy, int64_t label, int64_t len,
                                   int64_t stride, float *out) {
   double lse = max + log(sum);
   float scale = (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
-  for (int64_t j = 0; j < len; j++) out[j * stride] *= scale;
+  float eps = st->params.xent.label_smoothing;
+  if (eps != 0.0f) {
+    float uniform = (float)(eps * dy / (double)st->params.xent.vocab);
+    for (int64_t j = 0; j < len; j++) out[j * stride] = out[j * stride] * scale - uniform;
+  } else {
+    for (int64_t j = 0; j < len; j++) out[j * stride] *= scale;
+  }
   int64_t local = label - st->dim_offset;
-  if (local >= 0 && local < len) out[local * stride] -= dy;
+  if (local >= 0 && local < len) out[local * stride] -= (1.0f - eps) * dy;
 }
 
 static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t stride) {
