@@ -128,7 +128,7 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
     snprintf(name, sizeof name, "%s/wi_1", prefix);
     mtf_tensor wi_1 = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
     mtf_tensor gate = mtf_einsum2(g, h, wi_0, &hidden), linear = mtf_einsum2(g, h, wi_1, &hidden);
-    gate = strcmp(m->activation, "swiglu") == 0 ? mtf_multiply(g, gate, mtf_sigmoid(g, gate)) : mtf_gelu(g, gate);
+    gate = strcmp(m->activation, "swiglu") == 0 ? mtf_swish(g, gate) : mtf_gelu(g, gate);
     act = mtf_multiply(g, gate, linear);
   } else {
     snprintf(name, sizeof name, "%s/wi", prefix);

@@ -64,6 +64,10 @@ static mtf_tensor c_unary(ARGS) {
   t = mtf_add(g, t, mtf_add(g, mtf_relu(g, x), mtf_gelu(g, x)));
   return mtf_scalar_add(g, mtf_scalar_multiply(g, t, -0.75f), 0.125f);
 }
+static mtf_tensor c_swish(ARGS) {
+  (void)labels;
+  return mtf_swish(g, mtf_scalar_multiply(g, v[0], 3.0f));
+}
 static mtf_tensor c_binary(ARGS) {
   (void)labels;
   mtf_tensor s = mtf_multiply(g, mtf_subtract(g, v[0], v[1]), v[2]);  /* [a, b] with [b] and [a] */
@@ -136,6 +140,7 @@ static mtf_tensor c_where(ARGS) {
 
 static const kcase cases[] = {
     {"unary functions", {"a:200,b:530"}, {"a:m"}, c_unary},
+    {"swish (SiLU)", {"a:200,b:530"}, {"a:m"}, c_swish},
     {"binary, broadcast both ways", {"a:200,b:530", "b:530", "a:200"}, {"a:m", "b:m"}, c_binary},
     {"sum to innermost dim (columns)", {"a:60,b:40,c:90"}, {"a:m"}, c_sum_columns},
     {"sum to outermost dim (rows)", {"a:60,b:40,c:90"}, {"c:m"}, c_sum_rows},

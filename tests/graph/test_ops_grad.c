@@ -47,6 +47,7 @@ static mtf_tensor b_tanh(mtf_graph *g, const mtf_tensor *v) { return mtf_tanh(g,
 static mtf_tensor b_sigmoid(mtf_graph *g, const mtf_tensor *v) { return mtf_sigmoid(g, v[0]); }
 static mtf_tensor b_relu(mtf_graph *g, const mtf_tensor *v) { return mtf_relu(g, v[0]); }
 static mtf_tensor b_gelu(mtf_graph *g, const mtf_tensor *v) { return mtf_gelu(g, v[0]); }
+static mtf_tensor b_swish(mtf_graph *g, const mtf_tensor *v) { return mtf_swish(g, v[0]); }
 static mtf_tensor b_reduce_sum(mtf_graph *g, const mtf_tensor *v) { return mtf_reduce_sum_dim(g, v[0], "b"); }
 static mtf_tensor b_reduce_mean(mtf_graph *g, const mtf_tensor *v) { mtf_shape o = S("b:4"); return mtf_reduce_mean(g, v[0], &o); }
 static mtf_tensor b_reduce_max(mtf_graph *g, const mtf_tensor *v) { return mtf_reduce_max_dim(g, v[0], "a"); }
@@ -126,6 +127,7 @@ static const op_case cases[] = {
     {"sigmoid", {"a:3,b:4"}, b_sigmoid},
     {"relu", {"a:3,b:4"}, b_relu},
     {"gelu", {"a:3,b:4"}, b_gelu},
+    {"swish", {"a:3,b:4"}, b_swish},
     {"reduce_sum", {"a:3,b:4"}, b_reduce_sum},
     {"reduce_mean", {"a:3,b:4"}, b_reduce_mean},
     {"reduce_max", {"a:3,b:4"}, b_reduce_max},

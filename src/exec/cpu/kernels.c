@@ -122,6 +122,13 @@ static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n,
     case MTF_UN_STEP: for (int64_t i = 0; i < n; i++) out[i] = in[i] > 0.0f ? 1.0f : 0.0f; break;
     case MTF_UN_GELU: for (int64_t i = 0; i < n; i++) out[i] = mtf_geluf(in[i]); break;
     case MTF_UN_GELU_GRAD: for (int64_t i = 0; i < n; i++) out[i] = mtf_gelu_gradf(in[i]); break;
+    case MTF_UN_SWISH: for (int64_t i = 0; i < n; i++) out[i] = in[i] * mtf_sigmoidf(in[i]); break;
+    case MTF_UN_SWISH_GRAD:
+      for (int64_t i = 0; i < n; i++) {
+        float s = mtf_sigmoidf(in[i]);
+        out[i] = s * (1.0f + in[i] * (1.0f - s));
+      }
+      break;
   }
 }
 
