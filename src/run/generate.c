@@ -22,6 +22,7 @@
 #include "ckpt/checkpoint.h"
 #include "core/clock.h"
 #include "io/tokenize.h"
+#include "run/generate_beam.h"
 #include "run/generate_engine.h"
 #include "run/generate_sample.h"
 #include "run/generate_text.h"
@@ -120,8 +121,10 @@ static void row_free(gen_row *row) {
   free(row->ms);
 }
 
-static void print_json_row(const mtf_gen_tokens *tok, const gen_row *row, int64_t index) {
-  printf("{\"row\": %lld, \"prompt_ids\": ", (long long)index);
+static void print_json_row(const mtf_gen_tokens *tok, const gen_row *row, int64_t index, const double *beam_score) {
+  printf("{\"row\": %lld, ", (long long)index);
+  if (beam_score) printf("\"beam_score\": %.9g, ", *beam_score);
+  printf("\"prompt_ids\": ");
   mtf_gen_emit_json_ids(stdout, row->ids, row->prompt_len);
   printf(", \"ids\": ");
   mtf_gen_emit_json_ids(stdout, row->ids + row->prompt_len, row->produced);
@@ -196,6 +199,35 @@ static int sample_rows(mtf_gen_engine *e, const mtf_generate_options *opts, cons
   return rc;
 }
 
+/* Beam search over every prompt's `beam` rows; row u * beam ends with prompt u's best hypothesis. */
+static int beam_rows(mtf_gen_engine *e, const mtf_generate_options *opts, gen_row *rows, int64_t n_rows, int beam,
+                     int64_t eot, double *scores, mtf_error *err) {
+  int64_t groups = n_rows / beam;
+  int32_t **context = malloc(sizeof(int32_t *) * (size_t)n_rows);
+  int64_t *len = malloc(sizeof(int64_t) * (size_t)n_rows);
+  double **logprob = malloc(sizeof(double *) * (size_t)groups);
+  int rc = context && len && logprob ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  for (int64_t r = 0; r < n_rows && rc == MTF_OK; r++) {
+    context[r] = rows[r].ids;
+    len[r] = rows[r].len;
+  }
+  for (int64_t q = 0; q < groups && rc == MTF_OK; q++) logprob[q] = rows[q * beam].logprob;
+  double start = mtf_now_seconds();
+  if (rc == MTF_OK)
+    rc = mtf_gen_beam_search(e, groups, beam, opts->max_new, opts->length_penalty, eot, context, len, scores, logprob, err);
+  double ms = (mtf_now_seconds() - start) * 1e3;
+  for (int64_t q = 0; q < groups && rc == MTF_OK; q++) {
+    gen_row *row = &rows[q * beam];
+    row->len = len[q * beam];
+    row->produced = row->len - (row->prompt_len ? row->prompt_len : 1);
+    for (int64_t i = 0; i < row->produced; i++) row->ms[i] = ms / (double)(row->produced ? row->produced : 1);
+  }
+  free(context);
+  free(len);
+  free(logprob);
+  return rc;
+}
+
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
   MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
   MTF_CHECK(mtf_backend_check(cfg->backend, err));  /* alike on every rank */
@@ -251,7 +283,8 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   mtf_gen_tokens tok = {.mode = mode, .json_ids = opts->print_ids, .table = &ckpt_tok.table, .vocab = &vocab_file,
                         .tokenizer = ckpt_tok.table.tokenizer, .model_vocab = vocab};
   gen_row *rows = calloc((size_t)n_rows, sizeof(gen_row));
-  if (rc == MTF_OK && !rows) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  double *scores = calloc((size_t)n_rows, sizeof(double));
+  if (rc == MTF_OK && (!rows || !scores)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
   int64_t allocated = 0;
   for (int64_t u = 0; u < users && rc == MTF_OK; u++) {
     int32_t *ids = NULL, start = (int32_t)eot;
@@ -309,7 +342,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   }
   if (rc == MTF_OK) {
     if (beam > 1)
-      rc = mtf_error_set(err, MTF_ERR_INVALID, "--beam is not built yet");
+      rc = beam_rows(&engine, opts, rows, n_rows, beam, eot, scores, err);
     else
       rc = sample_rows(&engine, opts, &tok, rows, n_rows, users, eot, stream_text, err);
   }
@@ -320,7 +353,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
       for (int64_t u = 0; u < users; u++) {
         const gen_row *row = &rows[u * beam];
         if (opts->json) {
-          print_json_row(&tok, row, u);
+          print_json_row(&tok, row, u, beam > 1 ? &scores[u] : NULL);
         } else if (opts->print_ids) {
           mtf_gen_emit_json_ids(stdout, row->ids + (row->prompt_len ? 0 : 1), row->len - (row->prompt_len ? 0 : 1));
           printf("\n");
@@ -335,6 +368,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   }
   for (int64_t r = 0; r < allocated; r++) row_free(&rows[r]);
   free(rows);
+  free(scores);
   free_prompts(&prompts);
   mtf_gen_vocab_free(&vocab_file);
   mtf_ckpt_tokenizer_free(&ckpt_tok);
