@@ -21,7 +21,9 @@ if [ ! -d "$WORK/run/checkpoints" ]; then
 fi
 for i in $(seq 1 8); do echo "[$((i * 7)), $((i + 40)), 61]"; done >"$WORK/prompts8.jsonl"
 head -1 "$WORK/prompts8.jsonl" >"$WORK/prompts1.jsonl"
-# case NAME NPROCS MESH BATCH MAX_NEW [--no-cache]: prints TTFT and ms/token (mean over rows of steps after the first)
+# case NAME NPROCS MESH BATCH MAX_NEW [--no-cache]: prints the time to first token (prefill + choice) and
+# the median and fastest of the later steps (ms per token; on a shared machine the fastest is the least
+# disturbed by other processes)
 run_case() {
   local name=$1 n=$2 mesh=$3 batch=$4 max_new=$5
   shift 5
@@ -33,14 +35,17 @@ run_case() {
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith('{')]
 steps = rows[0]['step_ms']
-print('%-28s TTFT %9.1f ms   %9.2f ms/token' % ('$name', steps[0], sum(steps[1:]) / (len(steps) - 1)))"
+later = sorted(steps[1:])
+print('%-24s TTFT %9.1f ms   ms/token median %9.2f  min %9.2f  (%d steps)' % ('$name', steps[0], later[len(later) // 2], later[0], len(later)))"
 }
+uptime | sed 's/^/# /'
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|L3" | sed 's/^/# /'
 run_case "cached  b1 1rank x1" 1 - 1 33
 run_case "cached  b1 m:2 (2x1)" 2 m:2 1 33
 run_case "cached  b8 1rank x1" 1 - 8 17
 run_case "cached  b8 m:2 (2x1)" 2 m:2 8 17
-run_case "uncached b1 1rank x1" 1 - 1 3 --no-cache
-run_case "uncached b1 m:2 (2x1)" 2 m:2 1 3 --no-cache
+run_case "uncached b1 1rank x1" 1 - 1 4 --no-cache
+run_case "uncached b1 m:2 (2x1)" 2 m:2 1 4 --no-cache
 run_case "uncached b8 1rank x1" 1 - 8 2 --no-cache
 run_case "uncached b8 m:2 (2x1)" 2 m:2 8 2 --no-cache
+uptime | sed 's/^/# /'
