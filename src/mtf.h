@@ -156,6 +156,27 @@ mtf_tensor mtf_moving_average(mtf_graph *g, mtf_tensor old, mtf_tensor x, mtf_te
 mtf_tensor mtf_adam_update(mtf_graph *g, mtf_tensor w, mtf_tensor m, mtf_tensor v, mtf_tensor lr, mtf_tensor step,
                            float beta1, float beta2, float epsilon, float weight_decay);
 
+/* ---- selection (MoE routing, sampling) ---- */
+/* The k largest entries of x along `dim` (ties: lower index first), in decreasing order over the new dim
+ * k_dim (size k <= dim's size) that replaces `dim`; *indices (if not NULL) gets their int32 positions along
+ * `dim` (same shape as the values). The gradient flows to the chosen entries. */
+mtf_tensor mtf_top_k(mtf_graph *g, mtf_tensor x, const char *dim, const mtf_dim *k_dim, mtf_tensor *indices);
+/* int32 position of the largest entry along `dim` (ties: lowest index), `dim` removed. No gradient. */
+mtf_tensor mtf_argmax(mtf_graph *g, mtf_tensor x, const char *dim);
+/* Running sum along `dim`: out[i] = sum_{j <= i} x[j] (exclusive: j < i). Gradient: the reverse cumsum. */
+mtf_tensor mtf_cumsum(mtf_graph *g, mtf_tensor x, const char *dim, int exclusive);
+/* Comparisons (1 where true, else 0; broadcast by name like mtf_add; no gradient) and selections. */
+mtf_tensor mtf_greater(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_less(mtf_graph *g, mtf_tensor a, mtf_tensor b);
+mtf_tensor mtf_maximum(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* gradient to the larger (a on ties) */
+mtf_tensor mtf_minimum(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* gradient to the smaller (a on ties) */
+/* a where cond != 0, else b (cond, a, b broadcast by name); gradient to a and b through the mask. */
+mtf_tensor mtf_where(mtf_graph *g, mtf_tensor cond, mtf_tensor a, mtf_tensor b);
+/* The float value of an int32 tensor (indices, labels), so float ops can use it; a float tensor is returned
+ * as it is. No gradient. (Float ops given an int32 tensor are a builder error that names this; fetch int32
+ * results such as positions through it too: mtf_session_fetch copies their int32 bits as they are.) */
+mtf_tensor mtf_to_float(mtf_graph *g, mtf_tensor x);
+
 /* ---- shape changes ---- */
 mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim);
 /* Same number of elements, any new dims (row-major order kept). */

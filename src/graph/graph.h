@@ -43,11 +43,18 @@ typedef enum mtf_op_kind {
   MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
   MTF_OP_MOVING_AVERAGE, /* optimizer: d * old + (1 - d) * (x^power + add); no gradient (ops/optimizer_ops.c) */
   MTF_OP_ADAM_UPDATE,   /* optimizer: AdamW's new variable from (w, m, v, lr, step); no gradient */
+  /* Selection (ops/select.c): MoE routing and sampling. */
+  MTF_OP_TOP_K,         /* the k largest along params.top_k.dim, in decreasing order over params.top_k.k_dim */
+  MTF_OP_TOP_K_INDICES, /* their int32 positions; argmax when params.top_k.k_dim is "" (dim removed) */
+  MTF_OP_CUMSUM,        /* running sum along params.scan.dim (exclusive, reverse: params.scan) */
+  MTF_OP_WHERE,         /* inputs cond, a, b: a where cond != 0, else b (broadcast by name) */
+  MTF_OP_TO_FLOAT,      /* int32 -> float */
   MTF_OP_COUNT
 } mtf_op_kind;
 
 typedef enum mtf_binary_kind {
-  MTF_BIN_ADD, MTF_BIN_SUB, MTF_BIN_MUL, MTF_BIN_DIV, MTF_BIN_EQUAL, MTF_BIN_LESS_EQUAL
+  MTF_BIN_ADD, MTF_BIN_SUB, MTF_BIN_MUL, MTF_BIN_DIV, MTF_BIN_EQUAL, MTF_BIN_LESS_EQUAL,
+  MTF_BIN_GREATER, MTF_BIN_LESS, MTF_BIN_MAXIMUM, MTF_BIN_MINIMUM /* ops/select.c's builders */
 } mtf_binary_kind;
 
 typedef enum mtf_unary_kind {
@@ -81,6 +88,10 @@ typedef union mtf_op_params {
   /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */
   struct { float beta, add; int power; } moment;
   struct { float beta1, beta2, epsilon, weight_decay; } adam;
+  /* top_k, top_k_indices: k entries along dim, over the new dim k_dim ("" for argmax: dim removed, k 1) */
+  struct { char dim[MTF_NAME_MAX], k_dim[MTF_NAME_MAX]; int k; } top_k;
+  /* cumsum: out[i] = sum of x[j] for j <= i (exclusive: j < i; reverse: j >= i, or j > i) along dim */
+  struct { char dim[MTF_NAME_MAX]; int exclusive, reverse; } scan;
 } mtf_op_params;
 
 typedef struct mtf_node {
@@ -138,6 +149,10 @@ mtf_tensor mtf_softmax_xent_grad(mtf_graph *g, mtf_tensor logits, mtf_tensor lab
 mtf_tensor mtf_gelu_grad(mtf_graph *g, mtf_tensor x, mtf_tensor dy);
 /* x's slice at `index` along `dim`, without that dim (ops/attention.c: unstacks attention's outputs). */
 mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index);
+
+/* A running sum along dim from the far end (reverse: out[i] = sum_{j >= i} x[j], exclusive: j > i):
+ * the gradient of mtf_cumsum (ops/select.c). */
+mtf_tensor mtf_cumsum_reverse(mtf_graph *g, mtf_tensor x, const char *dim, int exclusive);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

@@ -275,6 +275,12 @@ int mtf_lower_phase(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const
   return emit_kernel(lw, node, phase, n_in, in, in_shapes, in_dtypes, out_shape, MTF_F32, out);
 }
 
+int mtf_lower_phase_typed(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const int *in,
+                          const mtf_shape *in_shapes, const mtf_dtype *in_dtypes, const mtf_shape *out_shape,
+                          mtf_dtype out_dtype, int *out) {
+  return emit_kernel(lw, node, phase, n_in, in, in_shapes, in_dtypes, out_shape, out_dtype, out);
+}
+
 int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
                                mtf_reduce_op op) {
   return emit_allreduce(lw, node, buffer, shape, axes, op);

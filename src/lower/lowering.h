@@ -39,6 +39,10 @@ int mtf_lower_reshape(mtf_lowering *lw, int node);
  * *out. The step's offsets/params come from node. */
 int mtf_lower_phase(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
                     const mtf_dtype *in_dtypes, const mtf_shape *out_shape, int *out);
+/* The same, writing a buffer of out_dtype (an op whose output is int32: top-k indices, argmax). */
+int mtf_lower_phase_typed(mtf_lowering *lw, int node, mtf_phase phase, int n_in, const int *in,
+                          const mtf_shape *in_shapes, const mtf_dtype *in_dtypes, const mtf_shape *out_shape,
+                          mtf_dtype out_dtype, int *out);
 /* An allreduce over `axes` of an arbitrary buffer (a statistics buffer of a fused op). */
 int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
                                mtf_reduce_op op);

@@ -137,8 +137,19 @@ static void binary_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
       if (want_a) mtf_grad_accumulate(ctx, a, mtf_divide(g, dy, b));
       if (want_b) mtf_grad_accumulate(ctx, b, mtf_scalar_multiply(g, mtf_divide(g, mtf_multiply(g, dy, self), b), -1.0f));
       break;
+    /* The larger (smaller) operand gets dy, a on ties: masks a >= b and b > a (a <= b and b < a). */
+    case MTF_BIN_MAXIMUM:
+      if (want_a) mtf_grad_accumulate(ctx, a, mtf_multiply(g, dy, mtf_less_equal(g, b, a)));
+      if (want_b) mtf_grad_accumulate(ctx, b, mtf_multiply(g, dy, mtf_less(g, a, b)));
+      break;
+    case MTF_BIN_MINIMUM:
+      if (want_a) mtf_grad_accumulate(ctx, a, mtf_multiply(g, dy, mtf_less_equal(g, a, b)));
+      if (want_b) mtf_grad_accumulate(ctx, b, mtf_multiply(g, dy, mtf_less(g, b, a)));
+      break;
     case MTF_BIN_EQUAL:
-    case MTF_BIN_LESS_EQUAL: break;
+    case MTF_BIN_LESS_EQUAL:
+    case MTF_BIN_GREATER:
+    case MTF_BIN_LESS: break;
   }
 }
 
@@ -158,6 +169,10 @@ static double binary_value(mtf_binary_kind fn, double u, double v) {
     case MTF_BIN_DIV: return u / v;
     case MTF_BIN_EQUAL: return u == v;
     case MTF_BIN_LESS_EQUAL: return u <= v;
+    case MTF_BIN_GREATER: return u > v;
+    case MTF_BIN_LESS: return u < v;
+    case MTF_BIN_MAXIMUM: return u >= v ? u : v;
+    case MTF_BIN_MINIMUM: return u <= v ? u : v;
   }
   return NAN;
 }

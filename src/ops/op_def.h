@@ -65,6 +65,8 @@ extern const mtf_op_def mtf_op_softmax_grad, mtf_op_log_softmax_grad, mtf_op_lay
 extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_take; /* ops/attention.c */
 /* ops/optimizer_ops.c */
 extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
+/* ops/select.c */
+extern const mtf_op_def mtf_op_top_k, mtf_op_top_k_indices, mtf_op_cumsum, mtf_op_where, mtf_op_to_float;
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */

@@ -38,6 +38,11 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_TAKE] = &mtf_op_take,
     [MTF_OP_MOVING_AVERAGE] = &mtf_op_moving_average,
     [MTF_OP_ADAM_UPDATE] = &mtf_op_adam_update,
+    [MTF_OP_TOP_K] = &mtf_op_top_k,
+    [MTF_OP_TOP_K_INDICES] = &mtf_op_top_k_indices,
+    [MTF_OP_CUMSUM] = &mtf_op_cumsum,
+    [MTF_OP_WHERE] = &mtf_op_where,
+    [MTF_OP_TO_FLOAT] = &mtf_op_to_float,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }
@@ -92,7 +97,7 @@ int mtf_op_float_inputs(mtf_graph *g, const mtf_node *n, int first, int last) {
     const mtf_node *x = &g->nodes[n->inputs[k]];
     if (x->dtype == MTF_F32) continue;
     mtf_graph_fail(g, MTF_ERR_INVALID, "%s: '%s' holds %s values; it takes float tensors (ids and labels go to "
-                   "gather, one_hot and softmax_cross_entropy)", mtf_op(n->kind)->name, x->name, mtf_dtype_name(x->dtype));
+                   "gather, one_hot and softmax_cross_entropy; mtf_to_float converts)", mtf_op(n->kind)->name, x->name, mtf_dtype_name(x->dtype));
     return 0;
   }
   return 1;

@@ -108,6 +108,32 @@ static mtf_tensor c_batch_matmul(ARGS) {
   return mtf_einsum2(g, v[0], v[1], &o);
 }
 
+/* Selection (ops/select.c): values plus positions (through to_float, so a wrong index shows). */
+static mtf_tensor top_k_of(mtf_graph *g, mtf_tensor x, const char *dim, int64_t k) {
+  mtf_dim kd = mtf_dim_make("k", k);
+  mtf_tensor indices, values = mtf_top_k(g, x, dim, &kd, &indices);
+  return mtf_add(g, values, mtf_scalar_multiply(g, mtf_to_float(g, indices), 1e-3f));
+}
+static mtf_tensor c_top_k(ARGS) { (void)labels; return top_k_of(g, v[0], "v", 4); }
+static mtf_tensor c_top_k_large(ARGS) { (void)labels; return top_k_of(g, v[0], "v", 260); }
+static mtf_tensor c_argmax(ARGS) {
+  (void)labels;
+  mtf_dim vocab = mtf_dim_make("v", 300);
+  mtf_tensor index = mtf_argmax(g, v[0], "v");
+  return mtf_multiply(g, mtf_one_hot(g, index, &vocab), v[0]);
+}
+static mtf_tensor c_cumsum(ARGS) { (void)labels; return mtf_cumsum(g, v[0], "v", 0); }
+static mtf_tensor c_cumsum_strided(ARGS) { (void)labels; return mtf_cumsum(g, v[0], "v", 1); }
+static mtf_tensor c_select_binary(ARGS) {
+  (void)labels;
+  mtf_tensor m = mtf_add(g, mtf_greater(g, v[0], v[1]), mtf_less(g, v[1], v[0]));
+  return mtf_add(g, mtf_multiply(g, m, mtf_maximum(g, v[0], v[1])), mtf_minimum(g, v[1], v[0]));
+}
+static mtf_tensor c_where(ARGS) {
+  (void)labels;
+  return mtf_where(g, mtf_greater(g, v[2], v[1]), v[0], mtf_scalar_multiply(g, v[2], 2.0f));
+}
+
 static const kcase cases[] = {
     {"unary functions", {"a:200,b:530"}, {"a:m"}, c_unary},
     {"binary, broadcast both ways", {"a:200,b:530", "b:530", "a:200"}, {"a:m", "b:m"}, c_binary},
@@ -130,6 +156,13 @@ static const kcase cases[] = {
     {"causal mask + softmax", {"e:4,q:230,m:230"}, {"e:m", "m:m"}, c_causal},
     {"gather / scatter_add", {"v:300,d:200"}, {"v:m", "d:m"}, c_gather},
     {"one_hot", {"a:400,v:300"}, {"v:m"}, c_one_hot},
+    {"top_k, k 4 of 300, 400 rows", {"a:400,v:300"}, {"v:m", "a:m"}, c_top_k},
+    {"top_k, k 260 of 1100 (heap list)", {"a:16,v:1100"}, {"v:m"}, c_top_k_large},
+    {"argmax, dim outermost (strided)", {"v:300,a:400"}, {"v:m", "a:m"}, c_argmax},
+    {"cumsum, 1100 long rows", {"a:128,v:1100"}, {"v:m", "a:m"}, c_cumsum},
+    {"cumsum exclusive, dim outermost", {"v:300,a:400"}, {"v:m"}, c_cumsum_strided},
+    {"greater/less/maximum/minimum", {"a:200,b:530", "b:530"}, {"a:m", "b:m"}, c_select_binary},
+    {"where, broadcast", {"a:200,b:530", "b:530", "a:200"}, {"a:m", "b:m"}, c_where},
     {"batched einsum with packing", {"x:40,k:64,b:30", "k:64,n:50,b:30"}, {"b:m", "k:m"}, c_batch_matmul},
 };
 

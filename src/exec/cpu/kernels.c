@@ -81,6 +81,10 @@ static void binary_segment(mtf_binary_kind kind, int64_t n, const float *x, int6
     BINARY_CASE(MTF_BIN_DIV, u / v)
     BINARY_CASE(MTF_BIN_EQUAL, u == v ? 1.0f : 0.0f)
     BINARY_CASE(MTF_BIN_LESS_EQUAL, u <= v ? 1.0f : 0.0f)
+    BINARY_CASE(MTF_BIN_GREATER, u > v ? 1.0f : 0.0f)
+    BINARY_CASE(MTF_BIN_LESS, u < v ? 1.0f : 0.0f)
+    BINARY_CASE(MTF_BIN_MAXIMUM, u >= v ? u : v)
+    BINARY_CASE(MTF_BIN_MINIMUM, u <= v ? u : v)
   }
 }
 
