@@ -79,17 +79,13 @@ static void cache_fill(builder *b, const char *prefix, const char *which, mtf_te
   if (mtf_assign(b->g, cache, reordered) == MTF_OK) b->t->n_assigns++;
 }
 
-/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position: cache + (new -
- * cache[position]) * hot, in the cache's dimension order (contiguous passes: the broadcast form cache *
- * (1 - hot) + new * hot was a quarter of a decode step). Other positions keep their bits (+ 0); the
- * written one is within an ulp of new. Returns the updated cache, which attention reads. */
+/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position: one pass, new where
+ * the position's one-hot is 1, else the cache (bit for bit). Returns the updated cache, in the cache's
+ * dimension order, which attention reads. */
 static mtf_tensor cache_write(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
   mtf_graph *g = b->g;
   mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  const mtf_shape *cache_shape = mtf_tensor_shape(g, cache);
-  mtf_tensor old = mtf_einsum2(g, cache, b->position_hot, mtf_tensor_shape(g, kv));
-  mtf_tensor change = mtf_multiply(g, mtf_broadcast(g, mtf_subtract(g, kv, old), cache_shape), b->position_hot);
-  mtf_tensor updated = mtf_add(g, cache, change);
+  mtf_tensor updated = mtf_where(g, b->position_hot, mtf_broadcast(g, kv, mtf_tensor_shape(g, cache)), cache);
   if (mtf_assign(g, cache, updated) == MTF_OK) b->t->n_assigns++;
   return updated;
 }
