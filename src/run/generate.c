@@ -181,7 +181,7 @@ static int sample_rows(mtf_gen_engine *e, const mtf_generate_options *opts, cons
       row->ms[row->produced++] = ms;
       if (row->produced == opts->max_new) row->done = 1;
       if (r == 0 && rank == 0 && stream_text) {
-        mtf_gen_emit(tok, stdout, chosen[r], row->len == 1);
+        mtf_gen_emit(tok, stdout, chosen[r], row->prompt_len == 0 && row->produced == 1); /* space after a prompt */
         fflush(stdout);
       }
       if (r < users && rank == 0 && opts->stream && opts->json) {
@@ -331,7 +331,8 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     if (mode == MTF_GEN_VOCAB) fprintf(out, ", vocabulary file '%s'", opts->vocab_file);
     else if (mode != MTF_GEN_BYTES)
       fprintf(out, ", tokenizer '%s'%s", ckpt_tok.table.tokenizer, mode == MTF_GEN_IDS ? " (no decode table: ids)" : "");
-    fprintf(out, "%s%s\n", opts->no_cache ? ", no cache" : "", users > 1 ? "" : "");
+    if (users > 1) fprintf(out, ", %lld prompts", (long long)users);
+    fprintf(out, "%s\n", opts->no_cache ? ", no cache" : "");
     if (stream_text) {
       if (prompts.as_ids || mode != MTF_GEN_BYTES)
         for (int64_t i = 0; i < rows[0].prompt_len; i++) mtf_gen_emit(&tok, stdout, rows[0].ids[i], i == 0);
