@@ -133,6 +133,23 @@ int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, v
   return rc;
 }
 
+int mtf_comm_reduce_scatter_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out,
+                                   size_t block_count, mtf_dtype dtype, mtf_reduce_op op, mtf_error *err) {
+  MTF_CHECK(check_axes(comm, axes, err));
+  int g = mtf_comm_group_size(comm, axes);
+  count_call(comm, MTF_COLL_REDUCE_SCATTER,
+             mtf_collective_bytes_sent(MTF_COLL_REDUCE_SCATTER, g, (double)(block_count * (size_t)g * mtf_dtype_size(dtype))));
+  return comm->ops->reduce_scatter_blocks(comm, axes, in_blocks, out, block_count, dtype, op, err);
+}
+
+int mtf_comm_alltoall_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out_blocks,
+                             size_t block_bytes, mtf_error *err) {
+  MTF_CHECK(check_axes(comm, axes, err));
+  int g = mtf_comm_group_size(comm, axes);
+  count_call(comm, MTF_COLL_ALLTOALL, mtf_collective_bytes_sent(MTF_COLL_ALLTOALL, g, (double)(block_bytes * (size_t)g)));
+  return comm->ops->alltoall_blocks(comm, axes, in_blocks, out_blocks, block_bytes, err);
+}
+
 int mtf_comm_alltoall(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype, int rank,
                       const int64_t *dims, int split_axis, int concat_axis, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));

@@ -128,6 +128,15 @@ int mtf_comm_allgather_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in,
 int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, mtf_dtype dtype,
                             mtf_reduce_op op, int rank, const int64_t *dims, int axis, mtf_error *err);
 
+/* Block forms of reduce_scatter and alltoall, counted alike (for callers that pack device memory
+ * themselves, as the executor does): in_blocks holds group_size blocks in member order. reduce_scatter:
+ * member p gets the sum of the members' blocks p (block_count elements). alltoall: member p gets block q of
+ * member q as its block q. */
+int mtf_comm_reduce_scatter_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out,
+                                   size_t block_count, mtf_dtype dtype, mtf_reduce_op op, mtf_error *err);
+int mtf_comm_alltoall_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out_blocks,
+                             size_t block_bytes, mtf_error *err);
+
 /* Splits tensor axis split_axis into group_size slices, sends slice p to member p, and concatenates what
  * arrives along concat_axis in member order: out dims are dims with split_axis / G and concat_axis * G.
  * split_axis == concat_axis is allowed (a transpose of slices). */

@@ -44,6 +44,24 @@ static const key_spec schema[] = {
     {"model.fused_attention", KEY_BOOL, F(model.fused_attention), "true", 0, 1, NULL,
      "attention as one fused op (blockwise softmax, dropout inside, no [length, length] tensors)"},
     {"model.z_loss", KEY_FLOAT, F(model.z_loss), "0.0001", 0, 1, NULL, "weight of log(Z)^2 in the loss"},
+    {"model.moe.experts", KEY_INT, F(model.moe.experts), "0", 0, 1 << 16, NULL,
+     "experts of each mixture-of-experts layer (0 = no MoE: every feed-forward layer dense)"},
+    {"model.moe.every", KEY_INT, F(model.moe.every), "2", 1, 1000, NULL,
+     "every every-th layer's feed-forward is MoE (layers every-1, 2*every-1, ...; 1 = all)"},
+    {"model.moe.gating", KEY_CHOICE, F(model.moe.gating), "top2", 0, 0, "top2|switch",
+     "router: top2 (two experts, gates renormalised) or switch (the top expert alone)"},
+    {"model.moe.capacity_factor", KEY_FLOAT, F(model.moe.capacity_factor), "1.25", -1e6, 1e6, NULL,
+     "training capacity: each expert takes ceil(group_size * k * capacity_factor / experts) tokens of a group"},
+    {"model.moe.eval_capacity_factor", KEY_FLOAT, F(model.moe.eval_capacity_factor), "2.0", -1e6, 1e6, NULL,
+     "capacity factor of evaluation"},
+    {"model.moe.group_size", KEY_INT, F(model.moe.group_size), "0", 0, 1 << 24, NULL,
+     "tokens routed together (capacity is per group); 0 = model.length (one sequence per group)"},
+    {"model.moe.aux_loss", KEY_FLOAT, F(model.moe.aux_loss), "0.01", 0, 1e3, NULL,
+     "weight of the load-balancing loss (per MoE layer)"},
+    {"model.moe.router_z_loss", KEY_FLOAT, F(model.moe.router_z_loss), "0.001", 0, 1e3, NULL,
+     "weight of the router's log(Z)^2 loss (per MoE layer)"},
+    {"model.moe.dropless", KEY_BOOL, F(model.moe.dropless), "false", 0, 1, NULL,
+     "train with capacity for every token (group_size): no token dropped"},
     {"mesh.shape", KEY_MESH, F(mesh_shape), "\"\"", 0, 0, NULL, "mesh axes and sizes: {b: 2, m: 4} or \"b:2;m:4\""},
     {"mesh.layout", KEY_TEXT, F(mesh_layout), "\"\"", 0, 0, NULL, "layout rules: \"batch:b;d_ff:m;heads:m;vocab:m\""},
     {"train.batch", KEY_INT, F(train.batch), "8", 1, 1 << 24, NULL, "global batch (sequences per step)"},
@@ -258,6 +276,14 @@ void mtf_config_defaults(mtf_config *cfg) {
   }
 }
 
+/* Whether path (section.key) names a group of keys (model.moe for model.moe.experts, ...). */
+static int is_group(const char *path) {
+  size_t n = strlen(path);
+  for (size_t i = 0; i < KEYS; i++)
+    if (strncmp(schema[i].path, path, n) == 0 && schema[i].path[n] == '.') return 1;
+  return 0;
+}
+
 static int node_error(mtf_error *err, int code, const char *source, const yaml_node_t *node, const char *fmt,
                       const char *a, const char *b) {
   char what[600];
@@ -275,6 +301,13 @@ static int load_section(mtf_config *cfg, yaml_document_t *doc, const char *secti
     char path[160];
     snprintf(path, sizeof path, "%s.%s", section, key->type == YAML_SCALAR_NODE ? (const char *)key->data.scalar.value : "?");
     const key_spec *spec = find_key(path);
+    if (!spec && is_group(path)) { /* a nested mapping of keys, such as model.moe */
+      if (value->type != YAML_MAPPING_NODE)
+        return node_error(err, MTF_ERR_PARSE, source, value, "%s: expected a mapping of keys (e.g. '%s: {key: value}')",
+                          path, strrchr(path, '.') + 1);
+      MTF_CHECK(load_section(cfg, doc, path, value, source, err));
+      continue;
+    }
     if (!spec) {
       const char *hint = closest(path, 0);
       char suggestion[128] = "";
@@ -383,6 +416,60 @@ static int check_model_size(const mtf_config *cfg, const char *src, mtf_error *e
   return MTF_OK;
 }
 
+/* The size of the mesh axis that the layout maps dimension `dim` to (1: not split). */
+static int64_t split_of(const mtf_config *cfg, const char *dim, const char **axis) {
+  for (int i = 0; i < cfg->layout.count; i++) {
+    if (strcmp(cfg->layout.rules[i].dim, dim) != 0) continue;
+    int a = mtf_shape_index_of(&cfg->mesh_shape, cfg->layout.rules[i].axis);
+    if (a < 0) continue; /* an axis the mesh lacks: the rule is ignored (and warned about) */
+    if (axis) *axis = cfg->mesh_shape.dims[a].name;
+    return cfg->mesh_shape.dims[a].size;
+  }
+  return 1;
+}
+
+/* model.moe against the model, the batch and the layout (model/moe.h says how the layer is built). */
+static int check_moe(const mtf_config *cfg, const char *src, mtf_error *err) {
+  const struct mtf_moe_config *moe = &cfg->model.moe;
+  if (moe->experts == 0) return MTF_OK;
+  if (moe->experts < 2)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.experts is %lld: a mixture needs at least 2 experts "
+                         "(set 0 for dense feed-forward layers)", src, (long long)moe->experts);
+  if (moe->capacity_factor <= 0 || moe->eval_capacity_factor <= 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.%s is %g: it must be above 0 (each expert takes "
+                         "ceil(group_size * k * capacity_factor / experts) tokens of a group; 1.25 for training and 2 "
+                         "for evaluation are usual, or set model.moe.dropless: true)", src,
+                         moe->capacity_factor <= 0 ? "capacity_factor" : "eval_capacity_factor",
+                         moe->capacity_factor <= 0 ? moe->capacity_factor : moe->eval_capacity_factor);
+  const char *axis = NULL;
+  int64_t split = split_of(cfg, "experts", &axis);
+  if (moe->experts % split != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.experts (%lld) is split over mesh axis '%s' (size %lld) "
+                         "by the layout rule 'experts:%s', which does not divide it: make the number of experts a "
+                         "multiple of %lld, or map experts to another mesh axis", src, (long long)moe->experts, axis,
+                         (long long)split, axis, (long long)split);
+  /* Tokens are routed in groups of group_size; the groups take the place of the batch dimension, so the
+   * tokens of one data shard (one microbatch) must be a whole number of groups, and the number of groups
+   * must be divisible by the axis that splits the batch. */
+  int64_t group = moe->group_size ? moe->group_size : cfg->model.length;
+  const char *batch_axis = NULL;
+  int64_t shards = split_of(cfg, "batch", &batch_axis);
+  int64_t rows = cfg->train.batch / cfg->train.microbatches, tokens = rows * cfg->model.length;
+  if (rows % shards != 0) return MTF_OK; /* the layout check says so, with its own message */
+  int64_t per_shard = tokens / shards;
+  if (per_shard % group != 0) {
+    char split_text[96] = "";
+    if (batch_axis)
+      snprintf(split_text, sizeof split_text, " / %lld (mesh axis '%s' splits the batch)", (long long)shards, batch_axis);
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.group_size (%lld) does not divide the %lld tokens of a "
+                         "data shard (train.batch %lld / train.microbatches %lld%s x model.length %lld): pick a "
+                         "divisor of %lld, such as model.length %lld (group_size 0)", src, (long long)group,
+                         (long long)per_shard, (long long)cfg->train.batch, (long long)cfg->train.microbatches,
+                         split_text, (long long)cfg->model.length, (long long)per_shard, (long long)cfg->model.length);
+  }
+  return MTF_OK;
+}
+
 int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   MTF_CHECK(mtf_mesh_validate(&cfg->mesh_shape, err));
@@ -394,6 +481,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.microbatches (%lld) does not divide train.batch (%lld): every "
                          "microbatch must hold the same number of sequences; pick a divisor of %lld", src,
                          (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
+  MTF_CHECK(check_moe(cfg, src, err));
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);

@@ -24,6 +24,15 @@ typedef struct mtf_model_config {
   int tie_embeddings;
   double dropout, z_loss;
   int fused_attention;              /* attention as one fused op (ops/attention.c) */
+  struct mtf_moe_config {           /* model.moe: mixture-of-experts feed-forward layers (model/moe.h) */
+    int64_t experts;                /* 0: every layer dense */
+    int64_t every;                  /* layers every-1, 2*every-1, ... are MoE */
+    char gating[MTF_CONFIG_TEXT];   /* top2 | switch */
+    double capacity_factor, eval_capacity_factor;
+    int64_t group_size;             /* tokens routed together; 0 = model.length */
+    double aux_loss, router_z_loss; /* loss weights */
+    int dropless;                   /* capacity for every token (no drops) in training too */
+  } moe;
 } mtf_model_config;
 
 typedef struct mtf_train_config {

@@ -56,6 +56,10 @@ typedef struct mtf_backend_memory {
   /* parts blocks of dims (one after another) -> one tensor concatenated along `axis`. */
   int (*concat_blocks)(mtf_backend *b, const void *blocks, void *out, size_t elem_size, int rank, const int64_t *dims,
                        int axis, int parts);
+  /* Its inverse: one tensor of dims (dims[axis] divisible by parts) -> parts blocks, block p its slice p
+   * along `axis`, one after another. */
+  int (*split_blocks)(mtf_backend *b, const void *in, void *blocks, size_t elem_size, int rank, const int64_t *dims,
+                      int axis, int parts);
 } mtf_backend_memory;
 
 struct mtf_backend {

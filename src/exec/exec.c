@@ -321,6 +321,57 @@ static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   return be->mem->concat_blocks(be, blocks, out, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts);
 }
 
+static void dims_of(const mtf_shape *shape, int64_t *dims) {
+  for (int d = 0; d < shape->rank; d++) dims[d] = shape->dims[d].size;
+}
+
+static int64_t rows_before(const int64_t *dims, int axis) {
+  int64_t outer = 1;
+  for (int d = 0; d < axis; d++) outer *= dims[d];
+  return outer;
+}
+
+/* Partial sums in, this rank's slice along tensor_axis out: the backend packs the slices into member
+ * order (in the step's scratch) unless they already are, the communicator sums block p into member p. */
+static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err) {
+  mtf_backend *be = s->backend;
+  int64_t dims[MTF_MAX_RANK];
+  dims_of(&st->in_shape[0], dims);
+  int parts = mtf_comm_group_size(s->comm, st->axes);
+  const void *blocks = buffer_data(s, st->in[0]);
+  if (rows_before(dims, st->tensor_axis) > 1) {
+    void *packed = buffer_data(s, st->scratch);
+    MTF_CHECK(be->mem->split_blocks(be, blocks, packed, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts));
+    blocks = packed;
+  }
+  return mtf_comm_reduce_scatter_blocks(s->comm, st->axes, blocks, buffer_data(s, st->out),
+                                        (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32, st->reduce_op, err);
+}
+
+/* Slice p along tensor_axis to member p, what arrives concatenated along concat_axis. The send blocks are
+ * packed first and the received ones unpacked after, each only where the tensor axis has outer rows (the
+ * scratch holds the send blocks, then the received ones). */
+static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
+  mtf_backend *be = s->backend;
+  int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->comm, st->axes);
+  int64_t dims[MTF_MAX_RANK], block_dims[MTF_MAX_RANK], elements = mtf_shape_num_elements(&st->in_shape[0]);
+  dims_of(&st->in_shape[0], dims);
+  memcpy(block_dims, dims, sizeof dims);
+  block_dims[st->tensor_axis] /= parts;
+  char *scratch = st->scratch >= 0 ? buffer_data(s, st->scratch) : NULL;
+  const void *send = buffer_data(s, st->in[0]);
+  void *out = buffer_data(s, st->out), *recv = out;
+  if (rows_before(dims, st->tensor_axis) > 1) {
+    MTF_CHECK(be->mem->split_blocks(be, send, scratch, ELEM, rank, dims, st->tensor_axis, parts));
+    send = scratch;
+    scratch += elements * ELEM;
+  }
+  int unpack = rows_before(block_dims, st->concat_axis) > 1;
+  if (unpack) recv = scratch;
+  MTF_CHECK(mtf_comm_alltoall_blocks(s->comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
+  return unpack ? be->mem->concat_blocks(be, recv, out, ELEM, rank, block_dims, st->concat_axis, parts) : MTF_OK;
+}
+
 /* A bucket's allreduce, started in place over its range; the backend's pending work on that memory ends
  * first, as before any collective. Starting does not block: its time counts as progress, not comm. */
 static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
@@ -393,6 +444,14 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       double start = mtf_now_seconds();
       MTF_CHECK(be->mem->synchronize(be));
       int rc = run_allgather(s, st, err);
+      s->comm_seconds += mtf_now_seconds() - start;
+      return rc;
+    }
+    case MTF_STEP_ALLTOALL:
+    case MTF_STEP_REDUCE_SCATTER: {
+      double start = mtf_now_seconds();
+      MTF_CHECK(be->mem->synchronize(be));
+      int rc = st->kind == MTF_STEP_ALLTOALL ? run_alltoall(s, st, err) : run_reduce_scatter(s, st, err);
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;
     }

@@ -68,6 +68,8 @@ static const char *step_name(int kind) {
     case MTF_STEP_ALLGATHER: return "allgather";
     case MTF_STEP_SLICE: return "slice";
     case MTF_STEP_COPY: return "copy";
+    case MTF_STEP_ALLTOALL: return "alltoall";
+    case MTF_STEP_REDUCE_SCATTER: return "reduce_scatter";
     default: return "step";
   }
 }

@@ -7,7 +7,8 @@
  *  - a sum over a split dimension (einsum contraction, reduce_sum) leaves partial sums; the allreduce is
  *    deferred (kept as `pending` axes on the buffer) so that adds of partial sums happen locally first;
  *  - a max over a split dimension is max-allreduced at once;
- *  - a reshape/rename that moves a split allgathers along the old split and slices along the new.
+ *  - a reshape/rename whose output is split differently is resharded (reshard.c: local slices, alltoall,
+ *    reduce-scatter of pending sums, allgather: the cheapest sequence for each mesh axis).
  * An einsum that sums over a dimension split along an axis that also splits its output first gathers
  * that input along the summed dimension (otherwise the partial sums of different slices would mix). */
 #include <limits.h>
@@ -15,16 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower/lowering.h"
+#include "lower/lower_internal.h"
 #include "ops/op_def.h"
 
-struct mtf_lowering {
-  mtf_plan *plan;
-  const mtf_graph *g;
-  mtf_axis_set *pending; /* per buffer: axes over which it still holds partial sums */
-  int cap_pending;
-  mtf_error *err;
-};
 typedef struct mtf_lowering lowering;
 
 static int grow(void **array, int *cap, int need, size_t elem) {
@@ -39,7 +33,7 @@ static int grow(void **array, int *cap, int need, size_t elem) {
   return MTF_OK;
 }
 
-static int new_typed_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node, mtf_dtype dtype) {
+int mtf_lw_new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node, mtf_dtype dtype) {
   mtf_plan *p = lw->plan;
   if (grow((void **)&p->buffers, &p->cap_buffers, p->n_buffers + 1, sizeof(mtf_buffer)) ||
       grow((void **)&lw->pending, &lw->cap_pending, p->n_buffers + 1, sizeof(mtf_axis_set)))
@@ -60,10 +54,10 @@ static int new_typed_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape 
 }
 
 static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node) {
-  return new_typed_buffer(lw, kind, local, node, lw->g->nodes[node].dtype);
+  return mtf_lw_new_buffer(lw, kind, local, node, lw->g->nodes[node].dtype);
 }
 
-static int add_step(lowering *lw, const mtf_step *step) {
+int mtf_lw_add_step(lowering *lw, const mtf_step *step) {
   mtf_plan *p = lw->plan;
   if (grow((void **)&p->steps, &p->cap_steps, p->n_steps + 1, sizeof(mtf_step)))
     return mtf_error_set(lw->err, MTF_ERR_NOMEM, "lowering: out of memory");
@@ -78,9 +72,9 @@ static int add_step(lowering *lw, const mtf_step *step) {
   return MTF_OK;
 }
 
-static mtf_shape local_shape(const mtf_plan *p, int node) { return mtf_layout_slice_shape(&p->layouts[node], &p->mesh); }
+mtf_shape mtf_lw_local_shape(const mtf_plan *p, int node) { return mtf_layout_slice_shape(&p->layouts[node], &p->mesh); }
 
-static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements) {
+void mtf_lw_count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements) {
   int group = mtf_mesh_group_size(&p->mesh, axes);
   p->stats.comm_calls[kind]++;
   p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
@@ -89,7 +83,7 @@ static void count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set
 }
 
 /* A step reading one buffer and writing another (or the same, for in-place collectives). */
-static mtf_step one_input_step(mtf_step_kind kind, int node, int in, const mtf_shape *in_shape, int out,
+mtf_step mtf_lw_one_input_step(mtf_step_kind kind, int node, int in, const mtf_shape *in_shape, int out,
                                const mtf_shape *out_shape) {
   mtf_step s;
   memset(&s, 0, sizeof s);
@@ -105,60 +99,44 @@ static mtf_step one_input_step(mtf_step_kind kind, int node, int in, const mtf_s
 }
 
 /* An in-place allreduce of `buffer` over `axes`. */
-static int emit_allreduce(lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
+int mtf_lw_allreduce(lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
                           mtf_reduce_op op) {
-  mtf_step s = one_input_step(MTF_STEP_ALLREDUCE, node, buffer, shape, buffer, shape);
+  mtf_step s = mtf_lw_one_input_step(MTF_STEP_ALLREDUCE, node, buffer, shape, buffer, shape);
   s.axes = axes;
   s.reduce_op = op;
-  count_collective(lw->plan, MTF_COLL_ALLREDUCE, axes, mtf_shape_num_elements(shape));
-  return add_step(lw, &s);
+  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLREDUCE, axes, mtf_shape_num_elements(shape));
+  return mtf_lw_add_step(lw, &s);
 }
 
-/* Sums partial values over their pending axes, in place. */
-static int materialize_buffer(lowering *lw, int buffer, const mtf_shape *shape) {
-  if (lw->pending[buffer] == 0) return MTF_OK;
-  mtf_axis_set axes = lw->pending[buffer];
-  lw->pending[buffer] = 0;
-  return emit_allreduce(lw, lw->plan->buffers[buffer].node, buffer, shape, axes, MTF_REDUCE_SUM);
-}
-
+/* Sums node's partial values over their pending axes, in place: the resharding step to its own layout
+ * (one allreduce, and the buffer is summed for every later reader). */
 static int materialize(lowering *lw, int node) {
-  mtf_shape shape = local_shape(lw->plan, node);
-  return materialize_buffer(lw, lw->plan->value_buffer[node], &shape);
+  mtf_plan *p = lw->plan;
+  int buffer = p->value_buffer[node], same;
+  if (lw->pending[buffer] == 0) return MTF_OK;
+  return mtf_lower_reshard(lw, node, buffer, &p->layouts[node], lw->pending[buffer], &p->layouts[node], &same);
 }
 
 /* Allgathers *buffer (local shape *shape) along tensor dim d over mesh axis `axis`; updates both. */
-static int gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int d, int axis) {
+int mtf_lw_gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int d, int axis) {
   mtf_shape gathered = *shape;
   gathered.dims[d].size *= lw->plan->mesh.dims[axis].size;
   mtf_dtype dtype = lw->plan->buffers[*buffer].dtype;
-  int out = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
+  int out = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
   if (out < 0) return -out;
-  mtf_step s = one_input_step(MTF_STEP_ALLGATHER, node, *buffer, shape, out, &gathered);
+  mtf_step s = mtf_lw_one_input_step(MTF_STEP_ALLGATHER, node, *buffer, shape, out, &gathered);
   s.axes = 1u << axis;
   s.tensor_axis = d;
   int64_t outer = 1;
   for (int e = 0; e < d; e++) outer *= shape->dims[e].size;
   if (outer > 1) { /* the blocks arrive one after another and are reordered from scratch */
-    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
+    s.scratch = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
     if (s.scratch < 0) return -s.scratch;
   }
-  count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
-  MTF_CHECK(add_step(lw, &s));
+  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
+  MTF_CHECK(mtf_lw_add_step(lw, &s));
   *buffer = out;
   *shape = gathered;
-  return MTF_OK;
-}
-
-/* Emits a slice of `buffer` (shape *full) down to node's local slice, with the given start offsets. */
-static int slice_to(lowering *lw, int node, int buffer, const mtf_shape *full, const int64_t *offsets) {
-  mtf_shape out_shape = local_shape(lw->plan, node);
-  int out = new_buffer(lw, MTF_BUF_ARENA, &out_shape, node);
-  if (out < 0) return -out;
-  mtf_step s = one_input_step(MTF_STEP_SLICE, node, buffer, full, out, &out_shape);
-  memcpy(s.offsets, offsets, sizeof s.offsets);
-  MTF_CHECK(add_step(lw, &s));
-  lw->plan->value_buffer[node] = out;
   return MTF_OK;
 }
 
@@ -213,21 +191,21 @@ static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const 
   if (scratch > 0) {
     mtf_shape flat = {0};
     mtf_shape_append(&flat, "scratch", scratch, NULL);
-    s.scratch = new_typed_buffer(lw, MTF_BUF_ARENA, &flat, node, MTF_F32);
+    s.scratch = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, &flat, node, MTF_F32);
     if (s.scratch < 0) return -s.scratch;
   }
-  int b = new_typed_buffer(lw, MTF_BUF_ARENA, out_shape, node, out_dtype);
+  int b = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, out_shape, node, out_dtype);
   if (b < 0) return -b;
   s.out = b;
   *out = b;
   if (def->flops) p->stats.flops += def->flops(&s);
-  return add_step(lw, &s);
+  return mtf_lw_add_step(lw, &s);
 }
 
 /* ---- the helpers of lower/lowering.h ---- */
 const mtf_graph *mtf_lowering_graph(const mtf_lowering *lw) { return lw->g; }
 mtf_plan *mtf_lowering_plan(mtf_lowering *lw) { return lw->plan; }
-mtf_shape mtf_lowering_local_shape(const mtf_lowering *lw, int node) { return local_shape(lw->plan, node); }
+mtf_shape mtf_lowering_local_shape(const mtf_lowering *lw, int node) { return mtf_lw_local_shape(lw->plan, node); }
 
 int mtf_lowering_split_axis(const mtf_lowering *lw, int node, const char *dim) {
   const mtf_tensor_layout *layout = &lw->plan->layouts[node];
@@ -249,7 +227,7 @@ void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer) { lw->plan->val
 int mtf_lower_source(mtf_lowering *lw, int node) {
   mtf_plan *p = lw->plan;
   const mtf_node *n = &lw->g->nodes[node];
-  mtf_shape local = local_shape(p, node);
+  mtf_shape local = mtf_lw_local_shape(p, node);
   int b = new_buffer(lw, n->kind == MTF_OP_INPUT ? MTF_BUF_INPUT : MTF_BUF_VARIABLE, &local, node);
   if (b < 0) return -b;
   p->value_buffer[node] = b;
@@ -266,7 +244,7 @@ int mtf_lower_input(mtf_lowering *lw, int node, int k, int *buffer, mtf_shape *l
   int input = lw->g->nodes[node].inputs[k];
   MTF_CHECK(materialize(lw, input));
   *buffer = lw->plan->value_buffer[input];
-  *local = local_shape(lw->plan, input);
+  *local = mtf_lw_local_shape(lw->plan, input);
   return MTF_OK;
 }
 
@@ -283,12 +261,12 @@ int mtf_lower_phase_typed(mtf_lowering *lw, int node, mtf_phase phase, int n_in,
 
 int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
                                mtf_reduce_op op) {
-  return emit_allreduce(lw, node, buffer, shape, axes, op);
+  return mtf_lw_allreduce(lw, node, buffer, shape, axes, op);
 }
 
 int mtf_lower_allreduce(mtf_lowering *lw, int node, mtf_axis_set axes, mtf_reduce_op op) {
-  mtf_shape local = local_shape(lw->plan, node);
-  return emit_allreduce(lw, node, lw->plan->value_buffer[node], &local, axes, op);
+  mtf_shape local = mtf_lw_local_shape(lw->plan, node);
+  return mtf_lw_allreduce(lw, node, lw->plan->value_buffer[node], &local, axes, op);
 }
 
 int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) {
@@ -305,24 +283,24 @@ int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) 
   for (int k = 0; k < n->n_inputs; k++) {
     int input = n->inputs[k];
     MTF_CHECK(materialize(lw, input));
-    int buffer = p->value_buffer[input];
-    mtf_shape shape = local_shape(p, input);
     const mtf_tensor_layout *layout = &p->layouts[input];
-    for (int d = 0; d < shape.rank; d++) {
+    mtf_tensor_layout want = *layout; /* the input's layout with the splits that cannot stay gathered */
+    for (int d = 0; d < layout->shape.rank; d++) {
       int axis = layout->mesh_axis[d];
-      if (axis < 0 || mtf_shape_has(&n->shape, shape.dims[d].name)) continue;
-      if ((out_axes & (1u << axis)) || (summed_on[axis] && strcmp(summed_on[axis], shape.dims[d].name) != 0)) {
-        MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, axis));
+      const char *name = layout->shape.dims[d].name;
+      if (axis < 0 || mtf_shape_has(&n->shape, name)) continue;
+      if ((out_axes & (1u << axis)) || (summed_on[axis] && strcmp(summed_on[axis], name) != 0)) {
+        want.mesh_axis[d] = -1;
       } else {
         *reduced_axes |= 1u << axis;
-        summed_on[axis] = layout->shape.dims[d].name;
+        summed_on[axis] = name;
       }
     }
-    in[k] = buffer;
-    in_shapes[k] = shape;
+    MTF_CHECK(mtf_lower_reshard(lw, node, p->value_buffer[input], layout, 0, &want, &in[k]));
+    in_shapes[k] = mtf_layout_slice_shape(&want, &p->mesh);
     in_dtypes[k] = lw->g->nodes[input].dtype;
   }
-  mtf_shape out_shape = local_shape(p, node);
+  mtf_shape out_shape = mtf_lw_local_shape(p, node);
   int out;
   MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
   p->value_buffer[node] = out;
@@ -340,11 +318,11 @@ int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) {
     int input = n->inputs[k];
     if (!keep_partial) MTF_CHECK(materialize(lw, input));
     in[k] = p->value_buffer[input];
-    in_shapes[k] = local_shape(p, input);
+    in_shapes[k] = mtf_lw_local_shape(p, input);
     in_dtypes[k] = lw->g->nodes[input].dtype;
     pending |= lw->pending[in[k]];
   }
-  mtf_shape out_shape = local_shape(p, node);
+  mtf_shape out_shape = mtf_lw_local_shape(p, node);
   int out;
   MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
   lw->pending[out] = pending;
@@ -360,17 +338,14 @@ static int named_in(const char *name, int n_dims, const char *const *dims) {
 
 int mtf_lower_input_whole(mtf_lowering *lw, int node, int k, int n_dims, const char *const *dims, int *buffer,
                           mtf_shape *shape) {
-  int input = lw->g->nodes[node].inputs[k];
-  MTF_CHECK(mtf_lower_input(lw, node, k, buffer, shape));
-  const mtf_tensor_layout *layout = &lw->plan->layouts[input];
-  for (int d = 0; d < shape->rank; d++)
-    if (layout->mesh_axis[d] >= 0 && named_in(shape->dims[d].name, n_dims, dims))
-      MTF_CHECK(gather_dim(lw, node, buffer, shape, d, layout->mesh_axis[d]));
-  return MTF_OK;
+  mtf_tensor_layout want = lw->plan->layouts[lw->g->nodes[node].inputs[k]];
+  for (int d = 0; d < want.shape.rank; d++)
+    if (named_in(want.shape.dims[d].name, n_dims, dims)) want.mesh_axis[d] = -1;
+  return mtf_lower_input_as(lw, node, k, &want, buffer, shape);
 }
 
 mtf_shape mtf_lowering_shape_whole(const mtf_lowering *lw, int node, int n_dims, const char *const *dims) {
-  mtf_shape s = local_shape(lw->plan, node);
+  mtf_shape s = mtf_lw_local_shape(lw->plan, node);
   const mtf_shape *whole = &lw->g->nodes[node].shape;
   for (int d = 0; d < s.rank; d++)
     if (named_in(s.dims[d].name, n_dims, dims)) s.dims[d].size = whole->dims[d].size;
@@ -379,70 +354,11 @@ mtf_shape mtf_lowering_shape_whole(const mtf_lowering *lw, int node, int n_dims,
 
 int mtf_lower_set_value_sliced(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape) {
   mtf_plan *p = lw->plan;
-  mtf_shape local = local_shape(p, node);
-  int64_t node_offsets[MTF_MAX_RANK], offsets[MTF_MAX_RANK] = {0};
-  mtf_layout_slice_offset(&p->layouts[node], &p->mesh, p->coord, node_offsets);
-  int need_slice = 0;
+  mtf_tensor_layout whole = p->layouts[node]; /* the layout `shape` is: whole where it is larger */
+  mtf_shape local = mtf_lw_local_shape(p, node);
   for (int d = 0; d < shape->rank; d++)
-    if (shape->dims[d].size != local.dims[d].size) {
-      offsets[d] = node_offsets[d];
-      need_slice = 1;
-    }
-  if (!need_slice) {
-    p->value_buffer[node] = buffer;
-    return MTF_OK;
-  }
-  return slice_to(lw, node, buffer, shape, offsets);
-}
-
-static int same_sizes(const mtf_shape *a, const mtf_shape *b) {
-  if (a->rank != b->rank) return 0;
-  for (int i = 0; i < a->rank; i++)
-    if (a->dims[i].size != b->dims[i].size) return 0;
-  return 1;
-}
-
-int mtf_lower_reshape(mtf_lowering *lw, int node) {
-
-  mtf_plan *p = lw->plan;
-  int input = lw->g->nodes[node].inputs[0];
-  MTF_CHECK(materialize(lw, input));
-  const mtf_tensor_layout *in_layout = &p->layouts[input], *out_layout = &p->layouts[node];
-  int buffer = p->value_buffer[input];
-  mtf_shape shape = local_shape(p, input);
-  int64_t offsets[MTF_MAX_RANK] = {0}, out_offsets[MTF_MAX_RANK];
-  mtf_layout_slice_offset(out_layout, &p->mesh, p->coord, out_offsets);
-  int need_slice = 0;
-  if (same_sizes(&in_layout->shape, &out_layout->shape)) {
-    /* A rename: dimension i stays dimension i; only splits that change move data. */
-    for (int d = 0; d < shape.rank; d++) {
-      int from = in_layout->mesh_axis[d], to = out_layout->mesh_axis[d];
-      if (from == to) continue;
-      if (from >= 0) MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, from));
-      if (to >= 0) {
-        offsets[d] = out_offsets[d];
-        need_slice = 1;
-      }
-    }
-  } else {
-    /* A true reshape moves elements across dimensions: assemble the whole tensor, then cut this
-     * rank's slice of the new shape. */
-    for (int d = 0; d < shape.rank; d++)
-      if (in_layout->mesh_axis[d] >= 0) MTF_CHECK(gather_dim(lw, node, &buffer, &shape, d, in_layout->mesh_axis[d]));
-    shape = out_layout->shape;
-    for (int d = 0; d < shape.rank; d++)
-      if (out_layout->mesh_axis[d] >= 0) {
-        offsets[d] = out_offsets[d];
-        need_slice = 1;
-      }
-  }
-  if (!need_slice) {
-    p->value_buffer[node] = buffer; /* same bytes, new names */
-    return MTF_OK;
-  }
-  if (!same_sizes(&in_layout->shape, &out_layout->shape)) shape = out_layout->shape;
-  for (int d = 0; d < shape.rank; d++) snprintf(shape.dims[d].name, MTF_NAME_MAX, "%s", out_layout->shape.dims[d].name);
-  return slice_to(lw, node, buffer, &shape, offsets);
+    if (shape->dims[d].size != local.dims[d].size) whole.mesh_axis[d] = -1;
+  return mtf_lower_reshard(lw, node, buffer, &whole, 0, &p->layouts[node], &p->value_buffer[node]);
 }
 
 static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int first_assign,
@@ -518,9 +434,9 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     int variable = g->assigns[i].variable, value = g->assigns[i].value;
     rc = materialize(&lw, value);
     if (rc) break;
-    mtf_shape local = local_shape(p, variable);
-    mtf_step s = one_input_step(MTF_STEP_COPY, variable, p->value_buffer[value], &local, p->value_buffer[variable], &local);
-    rc = add_step(&lw, &s);
+    mtf_shape local = mtf_lw_local_shape(p, variable);
+    mtf_step s = mtf_lw_one_input_step(MTF_STEP_COPY, variable, p->value_buffer[value], &local, p->value_buffer[variable], &local);
+    rc = mtf_lw_add_step(&lw, &s);
   }
   free(lw.pending);
   if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes, err);

@@ -31,8 +31,25 @@ int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced);
 int mtf_lower_allreduce(mtf_lowering *lw, int node, mtf_axis_set axes, mtf_reduce_op op);
 /* Marks node's buffer as partial sums over `axes` (summed when a consumer needs the total). */
 void mtf_lower_set_pending(mtf_lowering *lw, int node, mtf_axis_set axes);
-/* Reshape / rename: gathers old splits, slices new ones. */
+/* Reshape / rename: the input resharded to the output's layout (reshard.c). A rename keeps dim i as dim i;
+ * a reshape carries each split over to the new dim that starts at the same flat offset (no data moves)
+ * and gathers the splits it cannot carry, then reshards. */
 int mtf_lower_reshape(mtf_lowering *lw, int node);
+
+/* The resharding step (reshard.c): `buffer` holds this rank's slice of a tensor laid out as `from`, with
+ * partial sums over `pending` (axes that split none of its dims); *out gets a buffer of the same values
+ * laid out as `to` (the same dim sizes in order; names may differ, as in a rename) and summed. For each
+ * mesh axis, by what its split does: stays (nothing), appears on data replicated along it (a local
+ * slice), moves to another dim (one alltoall over the axis), holds pending sums that `to` splits a dim
+ * on (one reduce-scatter), holds pending sums `to` does not split on (allreduce), must go (allgather).
+ * Slices and reduce-scatters run before the collectives that keep or grow the data; a split whose new
+ * dim is still held by another axis waits for it to move (a cycle is gathered). Every collective is
+ * counted in the plan's statistics. *out may be `buffer` itself when nothing moves. */
+int mtf_lower_reshard(mtf_lowering *lw, int node, int buffer, const mtf_tensor_layout *from, mtf_axis_set pending,
+                      const mtf_tensor_layout *to, int *out);
+/* Node's input k resharded to `want` (a layout of the input's shape), with its local shape. */
+int mtf_lower_input_as(mtf_lowering *lw, int node, int k, const mtf_tensor_layout *want, int *buffer,
+                       mtf_shape *local);
 
 /* For fused ops with phases: a kernel step of node's op in `phase` over explicit buffers. Input buffers
  * (-1 terminated or n_in long) with their local shapes; a new arena buffer of out_shape is returned in

@@ -35,6 +35,12 @@ typedef enum mtf_step_kind {
    * range. Backend-neutral: the executor runs them through the communicator's requests. */
   MTF_STEP_ALLREDUCE_START,
   MTF_STEP_ALLREDUCE_WAIT,
+  /* Resharding (reshard.c). ALLTOALL: in (in_shape[0]) is cut into group-size slices along `tensor_axis`,
+   * slice p goes to member p, and what arrives is concatenated along `concat_axis` in member order.
+   * REDUCE_SCATTER: partial sums in in are summed over `axes` and member p keeps slice p along
+   * `tensor_axis`. `scratch` (when >= 0) holds the blocks in member order for the packing. */
+  MTF_STEP_ALLTOALL,
+  MTF_STEP_REDUCE_SCATTER,
 } mtf_step_kind;
 
 /* Phases of a fused op whose reduced dimension is split: local statistics, then (after lowering's
@@ -65,6 +71,7 @@ typedef struct mtf_step {
   mtf_axis_set axes;
   mtf_reduce_op reduce_op;
   int tensor_axis;
+  int concat_axis;                     /* ALLTOALL: the tensor axis the arriving slices are concatenated on */
   int bucket;                          /* START / WAIT: index into the plan's buckets */
 } mtf_step;
 

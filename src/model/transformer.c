@@ -158,10 +158,20 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, o, wo, activations)));
 }
 
+static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
+  return param(ctx, name, shape, init, scale);
+}
+
 static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
   const mtf_model_config *m = b->m;
   mtf_graph *g = b->g;
   char prefix[64], name[96];
+  if (mtf_moe_is_layer(m, layer)) {
+    snprintf(prefix, sizeof prefix, "layer_%03d/moe", layer);
+    mtf_moe_layer moe = mtf_moe_feed_forward(g, m, norm(b, x, prefix), layer, moe_param, b);
+    b->t->moe[b->t->n_moe++] = moe;
+    return mtf_add(g, x, dropout(b, moe.output));
+  }
   snprintf(prefix, sizeof prefix, "layer_%03d/mlp", layer);
   mtf_tensor h = norm(b, x, prefix);
   mtf_shape wi_shape = shape_of("d_model:%lld,d_ff:%lld", (long long)m->d_model, (long long)m->d_ff);
@@ -223,6 +233,12 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
                                    (long long)m->d_model);
   mtf_shape embed = shape_of("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
   mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
+  if (mtf_moe_layers(m) > 0 && (batch * length) % mtf_moe_group_size(m) != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "model.moe.group_size (%lld) does not divide the %lld x %lld tokens the "
+                         "model is built for: pick a divisor of %lld", (long long)mtf_moe_group_size(m),
+                         (long long)batch, (long long)length, (long long)(batch * length));
+  out->moe = calloc((size_t)mtf_moe_layers(m) + 1, sizeof *out->moe);
+  if (!out->moe) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
   mtf_shape rows = shape_of("batch:%lld", (long long)batch);
   if (mode == MTF_MODE_TRAIN) {
     out->tokens = mtf_input_int(g, "tokens", &tokens);
@@ -271,6 +287,11 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     mtf_tensor z = mtf_scalar_multiply(g, mtf_reduce_sum(g, mtf_square(g, lse), &scalar), (float)m->z_loss * per_token);
     out->loss = mtf_set_name(g, mtf_add(g, out->token_loss, z), "loss");
   }
+  for (int i = 0; i < out->n_moe; i++) {
+    mtf_tensor aux = mtf_scalar_multiply(g, out->moe[i].aux_loss, (float)m->moe.aux_loss);
+    mtf_tensor z = mtf_scalar_multiply(g, out->moe[i].router_z_loss, (float)m->moe.router_z_loss);
+    out->loss = mtf_set_name(g, mtf_add(g, out->loss, mtf_add(g, aux, z)), "loss");
+  }
   int rc = mtf_graph_status(g, err);
   if (rc) mtf_transformer_free(out);
   return rc;
@@ -279,9 +300,13 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
 void mtf_transformer_free(mtf_transformer *t) {
   free(t->params);
   t->params = NULL;
+  free(t->moe);
+  t->moe = NULL;
+  t->n_moe = 0;
   t->n_params = 0;
 }
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {
-  return 6.0 * (double)param_count + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
+  double active = (double)(param_count - mtf_moe_inactive_params(m)); /* an MoE token uses k experts of each layer */
+  return 6.0 * active + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
 }

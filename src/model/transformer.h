@@ -7,11 +7,15 @@
  *
  * Variable names are stable, since checkpoints use them: embed/wte, embed/wpe,
  * layer_NNN/attn/{norm_scale, norm_bias, wq, wk, wv, wo}, layer_NNN/mlp/{norm_scale, norm_bias, wi, wo},
- * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied). */
+ * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied).
+ * With model.moe.experts > 0, every model.moe.every-th layer's feed-forward is a mixture of experts
+ * (model/moe.h), layer_NNN/moe/{norm_scale, norm_bias, router, wi, wo}, and the loss adds each MoE layer's
+ * load-balancing and router z-losses times model.moe.aux_loss and model.moe.router_z_loss. */
 #ifndef MTF_MODEL_TRANSFORMER_H
 #define MTF_MODEL_TRANSFORMER_H
 
 #include "config/config.h"
+#include "model/moe.h"
 #include "mtf.h"
 
 /* What one build computes. TRAIN: the full forward over [batch, length] (loss, logits), for training and
@@ -30,6 +34,8 @@ typedef struct mtf_transformer {
   int n_params;
   mtf_tensor *params;         /* the model's variables (malloc'd) */
   int64_t param_count;        /* elements in all params */
+  int n_moe;
+  mtf_moe_layer *moe;         /* the mixture-of-experts layers (model.moe; malloc'd), their losses and metrics */
   /* PREFILL and DECODE (MTF_NO_TENSOR in TRAIN). positions: int32 [batch]: PREFILL the last prompt position of
    * each row, DECODE the position of each row's new token (its tokens input is [batch, length:1]).
    * next_logits: [batch, vocab] at those positions. The build's cache writes are the graph's assigns
@@ -46,7 +52,8 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *model, int6
                                mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err);
 void mtf_transformer_free(mtf_transformer *t);
 
-/* Model FLOPs per token for training (forward + backward): 6 N + 12 layers length heads d_kv. */
+/* Model FLOPs per token for training (forward + backward): 6 N + 12 layers length heads d_kv, where N
+ * counts the experts a token uses (k of each MoE layer), not all of them. */
 double mtf_transformer_flops_per_token(const mtf_model_config *model, int64_t param_count);
 
 #endif

@@ -15,7 +15,7 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
           *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
-  double sum = 0;
+  double sum = 0, dropless_sum = 0;
   int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
   rc = mtf_comm_agree(st->comm, rc, err);
   const mtf_transformer *model = &st->program.eval_model;
@@ -33,10 +33,18 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
           mtf_session_run(st->eval, err) || mtf_session_fetch(st->eval, model->token_loss, &value, err))
         mtf_run_abort("evaluation", err);
       sum += value / N;
+      const mtf_transformer *dm = &st->program.dropless_model;
+      if (st->dropless && (mtf_session_set_input_slice_int(st->dropless, dm->tokens, inputs + m * chunk, err) ||
+                           mtf_session_set_input_slice_int(st->dropless, dm->targets, targets + m * chunk, err) ||
+                           mtf_session_run(st->dropless, err) ||
+                           mtf_session_fetch(st->dropless, dm->token_loss, &value, err)))
+        mtf_run_abort("evaluation (dropless)", err);
+      if (st->dropless) dropless_sum += value / N;
     }
   }
   if (rc == MTF_OK) {
     *loss = sum / (double)batches;
+    st->dropless_loss = dropless_sum / (double)batches;
     *tokens = batches * cfg->train.batch * length;
     /* A restored checkpoint's parameters are finite (the restore refuses NaN and Inf), so a non-finite
      * loss here comes from the evaluation itself. Agreed, so every rank returns the same. */
@@ -56,8 +64,14 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
 
 void mtf_run_print_eval(const mtf_run_state *st, double loss, int64_t tokens, int json) {
   if (st->rank != 0) return;
-  if (json)
+  if (json && st->dropless)
+    printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld, \"dropless_loss\": %.6f}\n", loss, exp(loss),
+           (long long)tokens, st->dropless_loss);
+  else if (json)
     printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld}\n", loss, exp(loss), (long long)tokens);
+  else if (st->dropless)
+    printf("eval: loss %.4f, perplexity %.3f over %lld tokens; dropless loss %.4f (MoE capacity for every token)\n",
+           loss, exp(loss), (long long)tokens, st->dropless_loss);
   else
     printf("eval: loss %.4f, perplexity %.3f over %lld tokens\n", loss, exp(loss), (long long)tokens);
   fflush(stdout);

@@ -58,6 +58,11 @@ void mtf_metrics_report(int rank, FILE *metrics, const mtf_step_report *r) {
   if (r->has_eval)
     fprintf(metrics, ", \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld", r->eval_loss,
             exp(r->eval_loss), (long long)r->eval_tokens);
+  if (r->has_eval && r->has_dropless) fprintf(metrics, ", \"eval_dropless_loss\": %.9g", r->eval_dropless_loss);
+  for (int i = 0; i < r->n_moe; i++)
+    fprintf(metrics, "%s{\"layer\": %d, \"dropped\": %.6g, \"max_load\": %.6g, \"aux_loss\": %.9g}%s",
+            i ? ", " : ", \"moe\": [", r->moe[i].layer, r->moe[i].dropped, r->moe[i].max_load, r->moe[i].aux_loss,
+            i == r->n_moe - 1 ? "]" : "");
   fputs("}\n", metrics);
   fflush(metrics);
 }

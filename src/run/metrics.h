@@ -4,7 +4,11 @@
  *   {"step": N, "loss": ..., "lr": ..., "grad_norm": ..., "tokens_per_s": ..., "step_ms": ..., "mfu": ...,
  *    "comm_frac": ..., "eta_s": ...[, "eval_loss": ..., "eval_perplexity": ..., "eval_tokens": N]}
  * with the eval_* fields on the lines of steps where the model was evaluated (every train.eval_every steps
- * and after the last step), the evaluation of the parameters after step N. */
+ * and after the last step), the evaluation of the parameters after step N. A model with MoE layers adds
+ *   "moe": [{"layer": L, "dropped": ..., "max_load": ..., "aux_loss": ...}, ...]
+ * per MoE layer (from the step's last microbatch): the fraction of (token, choice) routings dropped for
+ * capacity, the busiest expert's routings over the mean, the unweighted load-balancing loss; and
+ * "eval_dropless_loss" next to eval_loss when the evaluation capacity can drop tokens. */
 #ifndef MTF_RUN_METRICS_H
 #define MTF_RUN_METRICS_H
 
@@ -14,6 +18,8 @@
 #include "config/config.h"
 #include "core/error.h"
 
+#define MTF_REPORT_MOE 64 /* MoE layers in a report: the first 64 */
+
 typedef struct mtf_step_report {
   int64_t step;
   double loss, learning_rate, grad_norm;
@@ -22,6 +28,13 @@ typedef struct mtf_step_report {
   int has_eval; /* eval_loss and eval_tokens are set: the model was evaluated after this step */
   double eval_loss;
   int64_t eval_tokens;
+  int has_dropless;     /* eval_dropless_loss is set (MoE evaluation that can drop tokens) */
+  double eval_dropless_loss;
+  int n_moe;            /* MoE layers reported (at most MTF_REPORT_MOE) */
+  struct {
+    int layer;
+    double dropped, max_load, aux_loss;
+  } moe[MTF_REPORT_MOE];
 } mtf_step_report;
 
 /* On rank 0: writes RUN_DIR/config.yaml and opens RUN_DIR/metrics.jsonl keeping only its lines up to

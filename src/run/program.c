@@ -69,13 +69,28 @@ static int build_training(const mtf_config *cfg, int rank, mtf_program *p, int64
                              p->step, &p->grad_norm, err);
   free(grads);
   if (rc) return rc;
-  mtf_tensor fetches[3] = {p->train_model.loss, p->train_model.token_loss, p->grad_norm};
+  /* The MoE layers' metrics are fetched from the train plan: the last microbatch's with microbatches. */
+  int n_moe = p->train_model.n_moe, n_fetches = 3 + 3 * n_moe;
+  mtf_tensor *fetches = malloc(sizeof(mtf_tensor) * (size_t)n_fetches);
+  if (!fetches) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  fetches[0] = p->train_model.loss;
+  fetches[1] = p->train_model.token_loss;
+  for (int i = 0; i < n_moe; i++) {
+    fetches[2 + 3 * i] = p->train_model.moe[i].dropped;
+    fetches[3 + 3 * i] = p->train_model.moe[i].max_load;
+    fetches[4 + 3 * i] = p->train_model.moe[i].aux_loss;
+  }
+  fetches[n_fetches - 1] = p->grad_norm;
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
-  if (N == 1)
-    return mtf_plan_create_with_options(g, &cfg->mesh_shape, &cfg->layout, rank, 3, fetches, &options, &p->train_plan,
-                                        err);
-  rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, 2, fetches, first_accumulate,
+  if (N == 1) {
+    rc = mtf_plan_create_with_options(g, &cfg->mesh_shape, &cfg->layout, rank, n_fetches, fetches, &options,
+                                      &p->train_plan, err);
+    free(fetches);
+    return rc;
+  }
+  rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, n_fetches - 1, fetches, first_accumulate,
                                     first_update - first_accumulate, &options, &p->train_plan, err);
+  free(fetches);
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->grad_norm, first_update,
                                       mtf_graph_num_assigns(g) - first_update, NULL, &p->apply_plan, err);
@@ -93,10 +108,19 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   p->graph = mtf_graph_create((uint64_t)cfg->train.seed);
   if (!p->graph) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
   int rc = build_training(cfg, rank, p, rows, err);
-  if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &cfg->model, rows, 0.0f, &p->eval_model, err);
+  mtf_model_config eval_model = cfg->model, dropless = cfg->model;
+  eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
+  dropless.moe.dropless = 1;
+  if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &eval_model, rows, 0.0f, &p->eval_model, err);
   if (rc == MTF_OK)
     rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,
                                          &p->eval_plan, err);
+  if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
+    rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
+    if (rc == MTF_OK)
+      rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1,
+                                           &p->dropless_model.token_loss, &p->dropless_plan, err);
+  }
   /* A microbatch too small for the mesh axis that splits the batch is refused by the layout: say why. */
   if (rc != MTF_OK && p->microbatches > 1)
     mtf_error_prefix(err, "train.microbatches %d (%lld sequences per microbatch)", p->microbatches, (long long)rows);
@@ -108,8 +132,10 @@ void mtf_program_free(mtf_program *p) {
   mtf_plan_destroy(p->train_plan);
   mtf_plan_destroy(p->apply_plan);
   mtf_plan_destroy(p->eval_plan);
+  mtf_plan_destroy(p->dropless_plan);
   mtf_transformer_free(&p->train_model);
   mtf_transformer_free(&p->eval_model);
+  mtf_transformer_free(&p->dropless_model);
   free(p->accumulators);
   mtf_graph_destroy(p->graph);
   memset(p, 0, sizeof *p);
@@ -148,13 +174,15 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
   }
   m->train_arena = arena(p->train_plan);
   m->apply_arena = arena(p->apply_plan);
-  m->eval_arena = arena(p->eval_plan);
+  m->eval_arena = arena(p->eval_plan) + arena(p->dropless_plan);
   /* Each session stores the inputs its plan reads (int32 and float are both 4 bytes). */
   const mtf_tensor train_inputs[] = {p->train_model.tokens, p->train_model.targets, p->learning_rate, p->step,
                                      p->accumulate};
   for (size_t i = 0; i < sizeof train_inputs / sizeof train_inputs[0]; i++)
     m->inputs += slice_bytes(p->train_plan, train_inputs[i]) + slice_bytes(p->apply_plan, train_inputs[i]);
   m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets);
+  m->inputs += slice_bytes(p->dropless_plan, p->dropless_model.tokens) +
+               slice_bytes(p->dropless_plan, p->dropless_model.targets);
   /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole
    * batch each, T + 1 tokens a row. */
   int64_t batch_rows = slice_bytes(p->train_plan, p->train_model.tokens) / (int64_t)sizeof(float) /

@@ -11,7 +11,9 @@
  * gradient is the gradient of the mean loss over the whole batch: the same update as one big batch, within
  * float rounding. The first microbatch of a step overwrites the accumulators (the `accumulate` input is 0,
  * then 1), so nothing has to zero them. The evaluation pass is built for batch/N rows too.
- * train.recompute block: gradients by mtf_gradients_recompute over the model's layers. */
+ * train.recompute block: gradients by mtf_gradients_recompute over the model's layers.
+ * model.moe: the train plan also fetches each MoE layer's metrics (dropped, max_load, aux_loss); the
+ * evaluation pass routes with model.moe.eval_capacity_factor. */
 #ifndef MTF_RUN_PROGRAM_H
 #define MTF_RUN_PROGRAM_H
 
@@ -30,6 +32,10 @@ typedef struct mtf_program {
   mtf_plan *train_plan;           /* a whole step, or (microbatches > 1) one microbatch into the accumulators */
   mtf_plan *apply_plan;           /* microbatches > 1: the optimizer update from the accumulators; else NULL */
   mtf_plan *eval_plan;
+  /* MoE whose evaluation capacity can drop tokens: the evaluation pass once more with capacity for every
+   * token (model.moe, "dropless"), over the same variables; else dropless_plan is NULL. */
+  mtf_transformer dropless_model;
+  mtf_plan *dropless_plan;
 } mtf_program;
 
 /* Builds the graph and the plans for mesh rank `rank` of cfg->mesh_shape under cfg->layout. */

@@ -47,6 +47,10 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   if (rc == MTF_OK && with_training && st->program.apply_plan)
     rc = mtf_session_create(st->program.apply_plan, st->comm, &options, &st->apply, err);
   if (rc == MTF_OK) rc = mtf_session_create(st->program.eval_plan, st->comm, &options, &st->eval, err);
+  if (rc == MTF_OK && st->program.dropless_plan) {
+    options.share_variables_with = st->train ? st->train : st->eval;
+    rc = mtf_session_create(st->program.dropless_plan, st->comm, &options, &st->dropless, err);
+  }
   /* Building a rank's plan and allocating its memory can fail on one rank alone (out of memory): agree,
    * so that no rank goes on into a collective the failed one will never join. */
   if (st->comm) rc = mtf_comm_agree(st->comm, rc, err);
@@ -54,7 +58,8 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
 }
 
 void mtf_run_teardown(mtf_run_state *st) {
-  mtf_session_destroy(st->eval); /* the sessions that share the train session's variables first */
+  mtf_session_destroy(st->dropless); /* the sessions that share the train (or eval) session's variables first */
+  mtf_session_destroy(st->eval);
   mtf_session_destroy(st->apply);
   mtf_session_destroy(st->train);
   mtf_program_free(&st->program);

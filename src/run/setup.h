@@ -30,6 +30,8 @@ typedef struct mtf_run_state {
   mtf_comm *comm;
   mtf_program program;
   mtf_session *train, *eval;
+  mtf_session *dropless; /* MoE that can drop tokens in evaluation: the dropless evaluation pass; else NULL */
+  double dropless_loss;  /* the last mtf_run_evaluate's dropless loss (with `dropless`) */
   mtf_session *apply; /* train.microbatches > 1: the optimizer update (shares train's variables); else NULL */
   int rank; /* in the job (= the mesh rank) */
 } mtf_run_state;

@@ -75,8 +75,13 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
   mtf_program_memory mem;
   mtf_program_memory_of(&st->program, cfg, &mem);
   char mesh_text[MTF_SHAPE_STR_MAX];
-  printf("train: %lld parameters, mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens",
-         (long long)st->program.train_model.param_count, mtf_shape_format(&cfg->mesh_shape, mesh_text, sizeof mesh_text),
+  printf("train: %lld parameters", (long long)st->program.train_model.param_count);
+  if (st->program.train_model.n_moe > 0) /* what a token uses: the FLOPs and MFU count these */
+    printf(" (%lld active per token: %d MoE layers of %lld experts, top %d)",
+           (long long)(st->program.train_model.param_count - mtf_moe_inactive_params(&cfg->model)),
+           st->program.train_model.n_moe, (long long)cfg->model.moe.experts, mtf_moe_k(&cfg->model));
+  printf(", mesh %s (%d ranks), layout '%s', batch %lld x %lld tokens",
+         mtf_shape_format(&cfg->mesh_shape, mesh_text, sizeof mesh_text),
          st->comm->size, cfg->mesh_layout, (long long)cfg->train.batch, (long long)cfg->model.length);
   if (st->program.microbatches > 1)
     printf(" in %d microbatches of %lld", st->program.microbatches,
@@ -120,6 +125,24 @@ static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *
   if ((st->apply && mtf_session_run(st->apply, &err)) || mtf_session_fetch(update, p->grad_norm, grad_norm, &err))
     mtf_run_abort("training step", &err);
   *loss = (float)(sum / N);
+}
+
+/* The MoE layers' metrics of the last run of the train session. Collective (every rank logs alike). */
+static void fetch_moe_metrics(mtf_run_state *st, mtf_step_report *report) {
+  const mtf_transformer *model = &st->program.train_model;
+  report->n_moe = model->n_moe < MTF_REPORT_MOE ? model->n_moe : MTF_REPORT_MOE;
+  for (int i = 0; i < report->n_moe; i++) {
+    float dropped, max_load, aux_loss;
+    mtf_error err;
+    if (mtf_session_fetch(st->train, model->moe[i].dropped, &dropped, &err) ||
+        mtf_session_fetch(st->train, model->moe[i].max_load, &max_load, &err) ||
+        mtf_session_fetch(st->train, model->moe[i].aux_loss, &aux_loss, &err))
+      mtf_run_abort("MoE metrics", &err);
+    report->moe[i].layer = model->moe[i].layer;
+    report->moe[i].dropped = dropped;
+    report->moe[i].max_load = max_load;
+    report->moe[i].aux_loss = aux_loss;
+  }
 }
 
 static int evaluate_and_print(mtf_run_state *st, mtf_error *err) {
@@ -218,10 +241,13 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
                                 .comm_frac = window_comm / seconds,
                                 .eta_s = (double)(tc->steps - step) * seconds / (double)window_steps};
       report.mfu = mtf_mfu(flops_per_token, report.tokens_per_s, job_peak);
+      fetch_moe_metrics(&st, &report);
       if (eval_due) {
         rc = mtf_run_evaluate(&st, tc->eval_batches, &report.eval_loss, &report.eval_tokens, err);
         if (rc) break;
         report.has_eval = 1;
+        report.has_dropless = st.dropless != NULL;
+        report.eval_dropless_loss = st.dropless_loss;
         evaluated_last = step == tc->steps;
       }
       mtf_metrics_report(rank, metrics, &report);

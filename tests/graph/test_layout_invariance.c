@@ -195,12 +195,20 @@ int main(int argc, char **argv) {
         snprintf(layout, sizeof layout, "%s:%s", dims[d], mesh.dims[a].name);
         check_layout(&m, &mesh, comm, &reference, layout);
       }
+    /* Pending sums of the d_model contractions wanted split by the k and v renames: reduce-scatters
+     * (lower/reshard.c) in the forward pass, allgathers of the renamed gradients back. */
+    for (int a = 0; a < mesh.rank; a++) {
+      char layout[4 * MTF_NAME_MAX + 32];
+      snprintf(layout, sizeof layout, "d_model:%s;memory_length:%s", mesh.dims[a].name, mesh.dims[a].name);
+      check_layout(&m, &mesh, comm, &reference, layout);
+    }
     /* Combinations on two-axis meshes. */
     if (mesh.rank == 2) {
       char layout[128];
       const char *combos[] = {"batch:%1$s;heads:%2$s;d_ff:%2$s;vocab:%2$s;hd:%2$s", "batch:%1$s;d_model:%2$s",
                               "length:%1$s;d_kv:%2$s", "batch:%1$s;length:%2$s", "length:%1$s;memory_length:%2$s",
-                              "vocab:%1$s;d_ff:%2$s;heads:%1$s"};
+                              "vocab:%1$s;d_ff:%2$s;heads:%1$s", "batch:%1$s;d_model:%2$s;memory_length:%2$s",
+                              "d_model:%1$s;memory_length:%2$s"};
       for (size_t c = 0; c < sizeof combos / sizeof combos[0]; c++) {
         snprintf(layout, sizeof layout, combos[c], mesh.dims[0].name, mesh.dims[1].name);
         check_layout(&m, &mesh, comm, &reference, layout);

@@ -49,6 +49,13 @@ static int cpu_concat_blocks(mtf_backend *b, const void *blocks, void *out, size
   return MTF_OK;
 }
 
+static int cpu_split_blocks(mtf_backend *b, const void *in, void *blocks, size_t elem_size, int rank,
+                            const int64_t *dims, int axis, int parts) {
+  (void)b;
+  mtf_pack_split(in, blocks, elem_size, rank, dims, axis, parts);
+  return MTF_OK;
+}
+
 static const mtf_backend_memory cpu_memory = {
     .allocate = cpu_allocate,
     .release = cpu_release,
@@ -59,6 +66,7 @@ static const mtf_backend_memory cpu_memory = {
     .synchronize = cpu_synchronize,
     .slice = cpu_slice,
     .concat_blocks = cpu_concat_blocks,
+    .split_blocks = cpu_split_blocks,
 };
 
 static void cpu_destroy(mtf_backend *b) { free(b); }
