@@ -3,10 +3,12 @@
 # --no-cache, 1 rank x 1 thread vs m:2 (2 ranks x 1 thread; heads, d_ff and vocab split), on a model whose
 # decode step is memory-bound (8 layers, d_model 1024, d_ff 4096, length 512: 100M weights, 400 MB read
 # per token). The weights are the random initialisation after one training step (a checkpoint is needed).
-# usage: tools/bench_generate.sh [BUILD_DIR] [WORK_DIR]   (prints one line per case and the ratios)
+# usage: tools/bench_generate.sh [BUILD_DIR] [WORK_DIR] [all|b1]   (one line per case; b1: only the two cached
+# batch-1 cases, 1 rank and m:2, back to back: on a shared machine, repeat it to find quiet moments)
 set -eu
 BUILD=${1:-build}
 WORK=${2:-/tmp/mtf-bench-generate}
+CASES=${3:-all}
 MTF=$BUILD/src/mtf
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
 MODEL=(--set model.layers=8 --set model.d_model=1024 --set model.d_ff=4096 --set model.heads=16 --set model.d_kv=64
@@ -42,6 +44,10 @@ uptime | sed 's/^/# /'
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|L3" | sed 's/^/# /'
 run_case "cached  b1 1rank x1" 1 - 1 33
 run_case "cached  b1 m:2 (2x1)" 2 m:2 1 33
+if [ "$CASES" = b1 ]; then
+  uptime | sed 's/^/# /'
+  exit 0
+fi
 run_case "cached  b8 1rank x1" 1 - 8 17
 run_case "cached  b8 m:2 (2x1)" 2 m:2 8 17
 run_case "uncached b1 1rank x1" 1 - 1 4 --no-cache
