@@ -4,7 +4,8 @@
 # its seed corpus tests/fuzz/<name>/. New inputs go to build-fuzz/corpus/<name>/ (the seeds in git are
 # never written), crashes to build-fuzz/artifacts/<name>/. Exits non-zero when any target crashes, times
 # out, runs out of memory or reports a sanitizer error.
-#   tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: config layout shard ckpt (default: all)
+#   tools/fuzz.sh [SECONDS] [TARGET...]      TARGET: config layout shard ckpt (the default: these four),
+#                                             shard_raw ckpt_raw (file bytes: findings are mostly HDF5's)
 # Reproduce a crash: build-fuzz/tests/fuzz/fuzz_NAME build-fuzz/artifacts/NAME/crash-...
 # Needs clang and its libFuzzer/sanitizer runtime (Debian: clang, libclang-rt-14-dev; tools/install-deps.sh).
 set -euo pipefail
@@ -16,7 +17,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(config layout shard ckpt)
 for t in "${targets[@]}"; do
-  [ -d "tests/fuzz/$t" ] || { echo "fuzz.sh: no target '$t' (config, layout, shard, ckpt)" >&2; exit 2; }
+  [ -d "tests/fuzz/$t" ] || { echo "fuzz.sh: no target '$t' (config, layout, shard, ckpt, shard_raw, ckpt_raw)" >&2; exit 2; }
 done
 
 CC_FUZZ=${CC_FUZZ:-clang}
@@ -32,8 +33,9 @@ cmake --build "$BUILD" -j "$jobs" --target fuzz_targets
 # Leaks are detected (no -detect_leaks=0): HDF5's and libyaml's global state stays reachable, so LSan
 # does not count it. One HDF5-internal leak on corrupt object headers is suppressed by name
 # (tests/fuzz/lsan-hdf5.supp); matching it needs the slow unwinder, since Debian's libhdf5 has no frame
-# pointers (it costs the HDF5 targets speed; config and layout keep the fast one). Every UBSan finding
-# stops the target (-fno-sanitize-recover=undefined); print its stack.
+# pointers, so the raw-bytes targets (the only ones that give HDF5 corrupt headers) run with it and are
+# several times slower; the others keep the fast one. Every UBSan finding stops the target
+# (-fno-sanitize-recover=undefined); print its stack.
 asan_base=${ASAN_OPTIONS:-detect_stack_use_after_return=1:strict_string_checks=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan-hdf5.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -46,7 +48,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$artifacts"
   echo "fuzz.sh: fuzz_$t for ${seconds}s (log $log)"
   asan=$asan_base
-  case "$t" in shard | ckpt) asan="$asan_base:fast_unwind_on_malloc=0" ;; esac
+  case "$t" in *_raw) asan="$asan_base:fast_unwind_on_malloc=0" ;; esac
   rc=0
   ASAN_OPTIONS=$asan "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$artifacts/" "$corpus" "tests/fuzz/$t" >"$log" 2>&1 || rc=$?

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what is missing, builds with warnings as errors, runs the whole
-# CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more.
-# Exits non-zero if any step or test fails.
+# CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more, then
+# builds the libFuzzer targets with clang (ASan/UBSan) and runs each for 30 s (tools/fuzz.sh).
+# Exits non-zero if any step or test fails, or a fuzz target finds a crash, leak or sanitizer report.
 #   MTF_TEST_ASAN=0  skip the sanitizer pass        MTF_BUILD_DIR=DIR  build directory (default build)
+#   MTF_TEST_FUZZ=0  skip the fuzz pass             MTF_TEST_FUZZ_SECONDS=N  seconds per fuzz target (30)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,5 +26,16 @@ run_suite() {
 run_suite "$build_dir"
 if [ "${MTF_TEST_ASAN:-1}" != 0 ]; then
   run_suite "$build_dir-asan" -DMTF_ASAN=ON -DMTF_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+fi
+if [ "${MTF_TEST_FUZZ:-1}" != 0 ]; then
+  fuzz_seconds=${MTF_TEST_FUZZ_SECONDS:-30}
+  echo "== fuzz $build_dir-fuzz: each target for ${fuzz_seconds}s under ASan/UBSan (MTF_TEST_FUZZ=0 skips)"
+  if ! MTF_FUZZ_BUILD="$build_dir-fuzz" bash tools/fuzz.sh "$fuzz_seconds"; then
+    echo "== fuzz: FAILED: a target found a crash, leak or sanitizer report (or could not be built); the" \
+         "input is in $build_dir-fuzz/artifacts/TARGET/, the log in $build_dir-fuzz/fuzz-TARGET.log" >&2
+    exit 1
+  fi
+  echo "== test $build_dir-fuzz (seed corpora, label fuzz)"
+  (cd "$build_dir-fuzz" && ctest -L fuzz --output-on-failure)
 fi
 echo "== all tests passed"

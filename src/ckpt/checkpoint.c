@@ -16,6 +16,7 @@
 #include "comm/mpi_comm.h" /* the communicator parallel HDF5 opens files on */
 #include "comm/world.h"
 #include "core/clock.h"
+#include "io/h5_checked.h"
 #include "io/shard.h"
 
 /* Test hook (docs/CHECKPOINTS.md, "Faults"): MTF_CKPT_FAIL_AFTER_BYTES=N makes this rank's part of a
@@ -462,6 +463,12 @@ static int read_variable(const mtf_ckpt_model *m, hid_t group, hid_t dxpl, mtf_t
                        "attribute (damaged)", path, name);
   if (rc == MTF_OK && (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4))
     rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint '%s': variable '%s' is not float32", path, var_name);
+  /* Storage never written reads as the fill value (zeros), which an older checkpoint without checksums
+   * would restore silently: only data stored in this file is read (as mtf ckpt verify does). */
+  mtf_error why;
+  if (rc == MTF_OK && mtf_h5_check_dataset(group, name, dset, "", &why) != MTF_OK)
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': dataset variables/%s is not stored in full (damaged)%s", path,
+                       name, why.msg);
   if (rc == MTF_OK) {
     H5Sget_simple_extent_dims(space, sizes, NULL);
     int same = rank == var_shape->rank;

@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/ckpt_attr.h"
+#include "io/h5_checked.h"
 #include "io/shard.h"
 
 #define BLOCK_ELEMENTS ((uint64_t)1 << 22) /* 16 MiB of float32 per read */
@@ -31,10 +32,15 @@ static herr_t verify_dataset(hid_t group, const char *link, const H5L_info_t *in
   hsize_t dims[MTF_MAX_RANK];
   uint64_t stored = 0, sum = 0, nonfinite = 0;
   const char *problem = NULL;
+  mtf_error stored_err;
   if (dset < 0 || space < 0 || type < 0 || rank < 0 || rank > MTF_MAX_RANK)
     problem = "unreadable";
   else if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
     problem = "not float32";
+  /* Only data stored in this file is read: sizes the file merely declares (no storage written, which
+   * HDF5 reads as the fill value) could be 2^60 elements, a read for ever. */
+  else if (mtf_h5_check_dataset(group, link, dset, "is not stored in full", &stored_err) != MTF_OK)
+    problem = stored_err.msg;
   else if (mtf_ckpt_attr_read_u64(dset, "checksum", &stored) != 0)
     problem = "has no checksum attribute (written by an mtf before checksums, or damaged): nothing to verify it "
               "against";

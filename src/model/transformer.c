@@ -13,6 +13,10 @@ typedef struct builder {
   int cap;
   float dropout;
   uint64_t dropout_key;
+  mtf_transformer_mode mode;
+  /* DECODE: each row's position as one-hot [batch, memory_length], its complement, and the memory
+   * positions it may attend to (<= its position) [memory_length, batch]. */
+  mtf_tensor position_hot, position_keep, attend;
 } builder;
 
 static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -56,6 +60,55 @@ static mtf_tensor norm(builder *b, mtf_tensor x, const char *prefix) {
 
 static mtf_tensor dropout(builder *b, mtf_tensor x) { return mtf_dropout(b->g, x, b->dropout, b->dropout_key++); }
 
+/* A layer's key or value cache (transient: not model state, never checkpointed), shared by every build of
+ * the graph. */
+static mtf_tensor cache_variable(builder *b, const char *prefix, const char *which, int64_t batch) {
+  char name[96];
+  snprintf(name, sizeof name, "%s/cache_%s", prefix, which);
+  mtf_tensor v = mtf_find_variable(b->g, name);
+  if (v != MTF_NO_TENSOR) return v;
+  mtf_shape shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld,d_kv:%lld", (long long)batch,
+                             (long long)b->m->heads, (long long)b->m->length, (long long)b->m->d_kv);
+  return mtf_transient_variable(b->g, name, &shape);
+}
+
+/* PREFILL: the prompt's keys or values [batch, memory_length, heads, d_kv] become the cache. */
+static void cache_fill(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
+  mtf_tensor cache = cache_variable(b, prefix, which, batch);
+  mtf_tensor reordered = mtf_einsum(b->g, 1, &kv, mtf_tensor_shape(b->g, cache));
+  if (mtf_assign(b->g, cache, reordered) == MTF_OK) b->t->n_assigns++;
+}
+
+/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position: one pass, the cache
+ * where the position's one-hot is 0, else new (bit for bit). Returns the updated cache, in the cache's
+ * dimension order, which attention reads. */
+static mtf_tensor cache_write(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
+  mtf_graph *g = b->g;
+  mtf_tensor cache = cache_variable(b, prefix, which, batch);
+  mtf_tensor updated = mtf_where(g, b->position_keep, cache, kv); /* cache first: its dimension order */
+  if (mtf_assign(g, cache, updated) == MTF_OK) b->t->n_assigns++;
+  return updated;
+}
+
+/* DECODE: attention of each row's one new token over its cache prefix (memory positions <= its position);
+ * the same function as the training path's row at that position. Returns [batch, d_model]. */
+static mtf_tensor decode_attention(builder *b, mtf_tensor h, const mtf_tensor w[4], const char *prefix,
+                                   int64_t batch) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  mtf_shape bhd = shape_of("batch:%lld,heads:%lld,d_kv:%lld", (long long)batch, (long long)m->heads,
+                           (long long)m->d_kv);
+  mtf_shape scores_shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld", (long long)batch,
+                                    (long long)m->heads, (long long)m->length);
+  mtf_shape out_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
+  mtf_tensor q = mtf_einsum2(g, h, w[0], &bhd);
+  mtf_tensor k = cache_write(b, prefix, "k", mtf_einsum2(g, h, w[1], &bhd), batch);
+  mtf_tensor v = cache_write(b, prefix, "v", mtf_einsum2(g, h, w[2], &bhd), batch);
+  mtf_tensor scores = mtf_masked_fill(g, mtf_einsum2(g, q, k, &scores_shape), b->attend, -1e9f);
+  mtf_tensor o = mtf_einsum2(g, mtf_softmax(g, scores, "memory_length"), v, &bhd);
+  return mtf_einsum2(g, o, w[3], &out_shape);
+}
+
 static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
   const mtf_model_config *m = b->m;
   mtf_graph *g = b->g;
@@ -75,12 +128,20 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
   mtf_tensor wv = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale);
   snprintf(name, sizeof name, "%s/wo", prefix);
   mtf_tensor wo = param(b, name, &o_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)(m->heads * m->d_kv)));
+  if (b->mode == MTF_MODE_DECODE) {
+    const mtf_tensor w[4] = {wq, wk, wv, wo};
+    return mtf_add(g, x, decode_attention(b, h, w, prefix, activations->dims[0].size));
+  }
 
   mtf_shape qkv = shape_of("batch:%lld,length:%lld,heads:%lld,d_kv:%lld", (long long)activations->dims[0].size,
                            (long long)m->length, (long long)m->heads, (long long)m->d_kv);
   mtf_tensor q = mtf_einsum2(g, h, wq, &qkv);
   mtf_tensor k = mtf_rename(g, mtf_einsum2(g, h, wk, &qkv), "length", "memory_length");
   mtf_tensor v = mtf_rename(g, mtf_einsum2(g, h, wv, &qkv), "length", "memory_length");
+  if (b->mode == MTF_MODE_PREFILL) {
+    cache_fill(b, prefix, "k", k, activations->dims[0].size);
+    cache_fill(b, prefix, "v", v, activations->dims[0].size);
+  }
   mtf_tensor o;
   if (m->fused_attention) {
     /* The same function, dropout mask included (the same key), without the [batch, heads, length,
@@ -139,26 +200,70 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, dropout(b, act), wo, activations)));
 }
 
+/* The output layer: tied (the embedding scaled by d_model^-0.5) or unembed/w, into `shape` (h's dims with
+ * vocab for d_model). */
+static mtf_tensor unembed(builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape) {
+  const mtf_model_config *m = b->m;
+  if (m->tie_embeddings)
+    return mtf_scalar_multiply(b->g, mtf_einsum2(b->g, h, wte, shape), 1.0f / sqrtf((float)m->d_model));
+  mtf_shape w_shape = shape_of("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
+  mtf_tensor w = param(b, "unembed/w", &w_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
+  return mtf_einsum2(b->g, h, w, shape);
+}
+
+/* DECODE: the embedded new tokens [batch, length:1, d_model] at their positions, and the builder's
+ * position masks. */
+static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_tensor wpe) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  mtf_shape tokens = shape_of("batch:%lld,length:1", (long long)batch);
+  mtf_shape rows = shape_of("batch:%lld", (long long)batch);
+  b->t->tokens = mtf_input_int(g, "decode_tokens", &tokens);
+  b->t->positions = mtf_input_int(g, "decode_positions", &rows);
+  mtf_dim memory = mtf_dim_make("memory_length", m->length);
+  mtf_tensor memory_index = mtf_range(g, &memory);
+  b->position_hot = mtf_one_hot(g, b->t->positions, &memory);
+  b->position_keep = mtf_scalar_add(g, mtf_scalar_multiply(g, b->position_hot, -1.0f), 1.0f);
+  mtf_tensor position = mtf_reduce_sum(g, mtf_multiply(g, b->position_hot, memory_index), &rows);
+  b->attend = mtf_less_equal(g, memory_index, position);
+  return mtf_add(g, mtf_gather(g, wte, b->t->tokens, "vocab"), mtf_gather(g, wpe, b->t->positions, "length"));
+}
+
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
                           mtf_transformer *out, mtf_error *err) {
+  return mtf_transformer_build_mode(g, m, batch, dropout_rate, MTF_MODE_TRAIN, out, err);
+}
+
+int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
+                               mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
   memset(out, 0, sizeof *out);
-  builder b = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000};
+  out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
+  out->first_assign = mtf_graph_num_assigns(g);
+  builder b = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000, .mode = mode};
+  int64_t length = mode == MTF_MODE_DECODE ? 1 : m->length;
   mtf_shape tokens = shape_of("batch:%lld,length:%lld", (long long)batch, (long long)m->length);
-  mtf_shape activations = shape_of("batch:%lld,length:%lld,d_model:%lld", (long long)batch, (long long)m->length,
+  mtf_shape activations = shape_of("batch:%lld,length:%lld,d_model:%lld", (long long)batch, (long long)length,
                                    (long long)m->d_model);
   mtf_shape embed = shape_of("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
   mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
-  if (mtf_moe_layers(m) > 0 && (batch * m->length) % mtf_moe_group_size(m) != 0)
+  if (mtf_moe_layers(m) > 0 && (batch * length) % mtf_moe_group_size(m) != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "model.moe.group_size (%lld) does not divide the %lld x %lld tokens the "
                          "model is built for: pick a divisor of %lld", (long long)mtf_moe_group_size(m),
-                         (long long)batch, (long long)m->length, (long long)(batch * m->length));
+                         (long long)batch, (long long)length, (long long)(batch * length));
   out->moe = calloc((size_t)mtf_moe_layers(m) + 1, sizeof *out->moe);
   if (!out->moe) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
-  out->tokens = mtf_input_int(g, "tokens", &tokens);
-  out->targets = mtf_input_int(g, "targets", &tokens);
+  mtf_shape rows = shape_of("batch:%lld", (long long)batch);
+  if (mode == MTF_MODE_TRAIN) {
+    out->tokens = mtf_input_int(g, "tokens", &tokens);
+    out->targets = mtf_input_int(g, "targets", &tokens);
+  } else if (mode == MTF_MODE_PREFILL) {
+    out->tokens = mtf_input_int(g, "prefill_tokens", &tokens);
+    out->positions = mtf_input_int(g, "prefill_last", &rows);
+  }
   mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
   mtf_tensor wpe = param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
-  mtf_tensor x = dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));
+  mtf_tensor x = mode == MTF_MODE_DECODE ? decode_inputs(&b, batch, wte, wpe)
+                                         : dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));
   /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
    * its input x in the backward pass (mtf_gradients_recompute); otherwise the marks change nothing. */
   for (int layer = 0; layer < m->layers; layer++) {
@@ -167,15 +272,23 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
     mtf_recompute_end(g);
   }
   mtf_tensor h = norm(&b, x, "final");
+  if (mode != MTF_MODE_TRAIN) {
+    /* The next token's logits only: PREFILL picks each row's last prompt position by a one-hot sum (exact),
+     * DECODE drops the length:1 dimension. */
+    mtf_shape last_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
+    mtf_shape next_shape = shape_of("batch:%lld,vocab:%lld", (long long)batch, (long long)m->vocab);
+    mtf_dim length_dim = mtf_dim_make("length", m->length);
+    mtf_tensor last = mode == MTF_MODE_PREFILL
+                          ? mtf_einsum2(g, h, mtf_one_hot(g, out->positions, &length_dim), &last_shape)
+                          : mtf_einsum(g, 1, &h, &last_shape);
+    out->next_logits = mtf_set_name(g, unembed(&b, last, wte, &next_shape), "next_logits");
+    int rc = mtf_graph_status(g, err);
+    if (rc) mtf_transformer_free(out);
+    return rc;
+  }
   mtf_shape logits_shape = shape_of("batch:%lld,length:%lld,vocab:%lld", (long long)batch, (long long)m->length,
                                     (long long)m->vocab);
-  if (m->tie_embeddings) {
-    out->logits = mtf_scalar_multiply(g, mtf_einsum2(g, h, wte, &logits_shape), 1.0f / sqrtf((float)m->d_model));
-  } else {
-    mtf_shape unembed = shape_of("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
-    mtf_tensor w = param(&b, "unembed/w", &unembed, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
-    out->logits = mtf_einsum2(g, h, w, &logits_shape);
-  }
+  out->logits = unembed(&b, h, wte, &logits_shape);
   mtf_set_name(g, out->logits, "logits");
   mtf_shape scalar = {0};
   float per_token = 1.0f / (float)(batch * m->length);

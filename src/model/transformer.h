@@ -21,6 +21,14 @@
 #include "model/moe.h"
 #include "mtf.h"
 
+/* What one build computes. TRAIN: the full forward over [batch, length] (loss, logits), for training and
+ * evaluation (and generate --no-cache). PREFILL: the same forward over a prompt, which also writes every
+ * layer's keys and values into its cache (transient variables layer_NNN/attn/cache_{k,v} [batch, heads,
+ * memory_length, d_kv]) and gives the logits at each row's last prompt position. DECODE: one new token per
+ * row at its own position: the layer's key and value are written into the caches at that position and
+ * attention reads the filled prefix only. Builds of one graph share the weights and the caches. */
+typedef enum mtf_transformer_mode { MTF_MODE_TRAIN = 0, MTF_MODE_PREFILL, MTF_MODE_DECODE } mtf_transformer_mode;
+
 typedef struct mtf_transformer {
   mtf_tensor tokens, targets; /* int32 inputs [batch, length] holding token ids (mtf_input_int) */
   mtf_tensor logits;          /* [batch, length, vocab] */
@@ -31,11 +39,20 @@ typedef struct mtf_transformer {
   int64_t param_count;        /* elements in all params */
   int n_moe;
   mtf_moe_layer *moe;         /* the mixture-of-experts layers (model.moe; malloc'd), their losses and metrics */
+  /* PREFILL and DECODE (MTF_NO_TENSOR in TRAIN). positions: int32 [batch]: PREFILL the last prompt position of
+   * each row, DECODE the position of each row's new token (its tokens input is [batch, length:1]).
+   * next_logits: [batch, vocab] at those positions. The build's cache writes are the graph's assigns
+   * [first_assign, first_assign + n_assigns) (mtf_plan_create_with_assigns). */
+  mtf_tensor positions, next_logits;
+  int first_assign, n_assigns;
 } mtf_transformer;
 
 /* Builds into g. `dropout` overrides the config's rate (0 in eval); `batch` is the global batch. */
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *model, int64_t batch, float dropout,
                           mtf_transformer *out, mtf_error *err);
+/* The same, for a mode; TRAIN is mtf_transformer_build. PREFILL and DECODE have no loss and no targets. */
+int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *model, int64_t batch, float dropout,
+                               mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err);
 void mtf_transformer_free(mtf_transformer *t);
 
 /* Whether model.activation is a gated one (swiglu, geglu): two input projections wi_0, wi_1. */

@@ -1,10 +1,16 @@
-/* `mtf generate`: samples text from a trained model on any mesh. The tokenizer comes from the checkpoint's
- * /tokenizer group: with a decode table the prompt is encoded by greedy longest match over it and every
- * new token is printed as its bytes; the byte tokenizer (also assumed for checkpoints without the group)
- * maps bytes to ids 0..255 with end-of-text 256; any other tokenizer prints ids (as --ids does). Each new token re-runs the model on the
- * whole (sliding) context; a cached fast path can come later. The batch holds copies of the context, as
- * many as the mesh axis splitting `batch` needs, and row 0 is used. Every rank fetches the same logits and
- * samples with the same generator, so all ranks agree on every token without extra communication. */
+/* `mtf generate`: continues prompts from a checkpoint on any mesh and layout.
+ *
+ * The cached path (the default) runs two programs of one graph, both built from the one model definition
+ * (model/transformer.h): PREFILL runs the prompt windows [batch, length] once and writes every layer's
+ * keys and values into the caches; DECODE then runs one token per row at the row's own position, reading
+ * the caches. Prompts of different lengths share a batch (right padding, per-row positions), and a row's
+ * result is what it gives alone. Once a row's context outgrows model.length, each step re-runs PREFILL
+ * on the last `length` tokens (the sliding window of --no-cache). --no-cache re-runs the whole window with
+ * the training forward per token and fetches all logits: the reference the cached path is tested against.
+ * Either way the next token is chosen on rank (run/generate_sample.h): only ids and scores cross ranks.
+ *
+ * The batch holds the prompts (beams: beam rows per prompt), padded with copies of the first prompt up to a
+ * multiple of the mesh axis splitting `batch`; copies' results are dropped. */
 #include "run/generate.h"
 
 #include <math.h>
@@ -14,119 +20,22 @@
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
-#include "core/rng.h"
-#include "model/transformer.h"
+#include "core/clock.h"
+#include "io/tokenize.h"
+#include "run/generate_beam.h"
+#include "run/generate_engine.h"
+#include "run/generate_sample.h"
+#include "run/generate_text.h"
 #include "run/setup.h"
 
-#include "io/tokenize.h"
-
-enum { MODE_BYTES, MODE_TABLE, MODE_IDS };
-
-/* Rows of the generation batch: the size of the mesh axis that splits `batch` (1 when none does). */
-static int64_t batch_rows(const mtf_config *cfg) {
+/* The size of the mesh axis that splits `batch` (1 when none does). */
+static int64_t batch_split(const mtf_config *cfg) {
   for (int i = 0; i < cfg->layout.count; i++)
     if (strcmp(cfg->layout.rules[i].dim, "batch") == 0) {
       int axis = mtf_shape_index_of(&cfg->mesh_shape, cfg->layout.rules[i].axis);
       if (axis >= 0) return cfg->mesh_shape.dims[axis].size;
     }
   return 1;
-}
-
-/* Samples from softmax(logits / temperature) restricted to the top_k largest (0 = all); temperature 0
- * is greedy. */
-static int sample(const float *logits, int64_t vocab, double temperature, int64_t top_k, mtf_rng *rng) {
-  int64_t best = 0;
-  for (int64_t v = 1; v < vocab; v++)
-    if (logits[v] > logits[best]) best = v;
-  if (temperature <= 0) return (int)best;
-  double threshold = -INFINITY;
-  if (top_k > 0 && top_k < vocab) { /* the k-th largest logit, by repeated selection (k is small) */
-    double previous = INFINITY;
-    for (int64_t k = 0; k < top_k; k++) {
-      double next = -INFINITY;
-      for (int64_t v = 0; v < vocab; v++)
-        if (logits[v] < previous && logits[v] > next) next = logits[v];
-      previous = next;
-    }
-    threshold = previous;
-  }
-  double total = 0;
-  for (int64_t v = 0; v < vocab; v++)
-    if (logits[v] >= threshold) total += exp((logits[v] - logits[best]) / temperature);
-  double u = (double)(mtf_rng_next(rng) >> 11) / 9007199254740992.0 * total, acc = 0;
-  for (int64_t v = 0; v < vocab; v++) {
-    if (logits[v] < threshold) continue;
-    acc += exp((logits[v] - logits[best]) / temperature);
-    if (acc >= u) return (int)v;
-  }
-  return (int)best;
-}
-
-/* Prints one token: its id (after a space unless first), its decode-table bytes, or (byte tokenizer) the
- * byte itself; ids without bytes print nothing. */
-static void emit(int as_ids, int mode, const mtf_decode_table *table, int32_t id, int first) {
-  if (as_ids) {
-    printf(first ? "%d" : " %d", id);
-  } else if (mode == MODE_TABLE) {
-    size_t size;
-    const uint8_t *bytes = mtf_decode_token(table, id, &size);
-    if (size) fwrite(bytes, 1, size, stdout);
-  } else if (id < 256) {
-    putchar(id);
-  }
-}
-
-/* The prompt as ids: --prompt-ids as given, else the text through the checkpoint's tokenizer. */
-static int encode_prompt(const mtf_generate_options *opts, int mode, const mtf_decode_table *table, int64_t vocab,
-                         int32_t **ids, int64_t *count, mtf_error *err) {
-  *ids = NULL;
-  *count = 0;
-  if (opts->prompt_ids) {
-    size_t most = strlen(opts->prompt_ids) / 2 + 1;
-    int32_t *out = malloc(sizeof(int32_t) * most);
-    if (!out) return mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
-    int64_t n = 0;
-    for (const char *p = opts->prompt_ids; *p;) {
-      if (*p == ' ' || *p == ',') {
-        p++;
-        continue;
-      }
-      char *end = NULL;
-      long long id = strtoll(p, &end, 10);
-      if (end == p || (*end && *end != ' ' && *end != ',') || id < 0 || id >= vocab) {
-        free(out);
-        return mtf_error_set(err, MTF_ERR_INVALID, "--prompt-ids '%s': each id must be an integer in [0, %lld) "
-                             "(model.vocab), separated by spaces or commas", opts->prompt_ids, (long long)vocab);
-      }
-      out[n++] = (int32_t)id;
-      p = end;
-    }
-    *ids = out;
-    *count = n;
-    return MTF_OK;
-  }
-  size_t length = strlen(opts->prompt);
-  if (mode == MODE_TABLE) {
-    MTF_CHECK(mtf_decode_table_encode(table, opts->prompt, ids, count, err));
-    for (int64_t i = 0; i < *count; i++)
-      if ((*ids)[i] >= vocab) {
-        int32_t id = (*ids)[i];
-        free(*ids);
-        *ids = NULL;
-        return mtf_error_set(err, MTF_ERR_INVALID, "the prompt encodes to id %d, which is not below model.vocab %lld: "
-                             "the model is smaller than its tokenizer's vocabulary", id, (long long)vocab);
-      }
-    return MTF_OK;
-  }
-  if (mode == MODE_IDS && length > 0)
-    return mtf_error_set(err, MTF_ERR_INVALID, "the checkpoint's tokenizer '%s' has no decode table, so a text prompt "
-                         "cannot be encoded: give the prompt as ids with --prompt-ids", table->tokenizer);
-  int32_t *out = malloc(sizeof(int32_t) * (length + 1));
-  if (!out) return mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
-  for (size_t i = 0; i < length; i++) out[i] = (unsigned char)opts->prompt[i];
-  *ids = out;
-  *count = (int64_t)length;
-  return MTF_OK;
 }
 
 int mtf_generate_check_options(const mtf_generate_options *opts, mtf_error *err) {
@@ -139,34 +48,209 @@ int mtf_generate_check_options(const mtf_generate_options *opts, mtf_error *err)
   if (opts->top_k < 0 || opts->top_k > INT32_MAX)
     return mtf_error_set(err, MTF_ERR_INVALID, "--top-k %lld: it must be between 0 and %d", (long long)opts->top_k,
                          INT32_MAX);
+  if (!(opts->top_p > 0 && opts->top_p <= 1))
+    return mtf_error_set(err, MTF_ERR_INVALID, "--top-p %g: it must be in (0, 1] (1 = the whole vocabulary)", opts->top_p);
+  if (opts->beam < 0 || opts->beam > 64)
+    return mtf_error_set(err, MTF_ERR_INVALID, "--beam %d: it must be between 0 and 64", opts->beam);
+  if (!isfinite(opts->length_penalty) || opts->length_penalty < 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "--length-penalty %g: it must be a finite number >= 0",
+                         opts->length_penalty);
   return MTF_OK;
+}
+
+
+/* One prompt's row (or a beam of it) and what it produced. */
+typedef struct gen_row {
+  int32_t *ids;     /* prompt, then new tokens */
+  int64_t len, prompt_len;
+  int done;
+  double *logprob;  /* per new token */
+  double *ms;       /* per step, rank 0's wall time */
+  int64_t produced;
+} gen_row;
+
+typedef struct gen_prompts {
+  int64_t count;
+  char **text;      /* borrowed from opts or owned lines */
+  int as_ids;       /* --prompt-ids */
+  char **lines;
+  int64_t n_lines;
+} gen_prompts;
+
+static int collect_prompts(const mtf_generate_options *opts, gen_prompts *p, mtf_error *err) {
+  memset(p, 0, sizeof *p);
+  if (opts->prompts_file) MTF_CHECK(mtf_gen_read_lines(opts->prompts_file, &p->lines, &p->n_lines, err));
+  int64_t total = opts->n_prompts + p->n_lines + (opts->prompt_ids ? 1 : 0);
+  if (total == 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s%s holds no prompt: give one per line",
+                         opts->prompts_file ? "--prompts " : "no prompt", opts->prompts_file ? opts->prompts_file : "");
+  if (total > MTF_GENERATE_MAX_PROMPTS)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%lld prompts: at most %d at once", (long long)total,
+                         MTF_GENERATE_MAX_PROMPTS);
+  p->text = malloc(sizeof(char *) * (size_t)total);
+  if (!p->text) return mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  if (opts->prompt_ids) {
+    p->text[p->count++] = (char *)opts->prompt_ids;
+    p->as_ids = 1;
+  }
+  for (int i = 0; i < opts->n_prompts; i++) p->text[p->count++] = (char *)opts->prompts[i];
+  for (int64_t i = 0; i < p->n_lines; i++) p->text[p->count++] = p->lines[i];
+  return MTF_OK;
+}
+
+static void free_prompts(gen_prompts *p) {
+  free(p->text);
+  mtf_gen_free_lines(p->lines, p->n_lines);
+}
+
+/* The rows' buffers: room for the prompt and max_new tokens. */
+static int row_alloc(gen_row *row, const int32_t *prompt, int64_t n, int64_t max_new, mtf_error *err) {
+  memset(row, 0, sizeof *row);
+  row->ids = malloc(sizeof(int32_t) * (size_t)(n + max_new + 1));
+  row->logprob = malloc(sizeof(double) * (size_t)(max_new + 1));
+  row->ms = malloc(sizeof(double) * (size_t)(max_new + 1));
+  if (!row->ids || !row->logprob || !row->ms) return mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  memcpy(row->ids, prompt, sizeof(int32_t) * (size_t)n);
+  row->len = row->prompt_len = n;
+  return MTF_OK;
+}
+
+static void row_free(gen_row *row) {
+  free(row->ids);
+  free(row->logprob);
+  free(row->ms);
+}
+
+static void print_json_row(const mtf_gen_tokens *tok, const gen_row *row, int64_t index, const double *beam_score) {
+  printf("{\"row\": %lld, ", (long long)index);
+  if (beam_score) printf("\"beam_score\": %.9g, ", *beam_score);
+  printf("\"prompt_ids\": ");
+  mtf_gen_emit_json_ids(stdout, row->ids, row->prompt_len);
+  printf(", \"ids\": ");
+  mtf_gen_emit_json_ids(stdout, row->ids + row->prompt_len, row->produced);
+  printf(", \"logprobs\": [");
+  for (int64_t i = 0; i < row->produced; i++) printf(i ? ", %.6f" : "%.6f", row->logprob[i]);
+  printf("], \"step_ms\": [");
+  for (int64_t i = 0; i < row->produced; i++) printf(i ? ", %.3f" : "%.3f", row->ms[i]);
+  double later = 0;
+  for (int64_t i = 1; i < row->produced; i++) later += row->ms[i];
+  printf("], \"time_to_first_token_ms\": %.3f, \"ms_per_token\": %.3f", row->produced ? row->ms[0] : 0.0,
+         row->produced > 1 ? later / (double)(row->produced - 1) : 0.0);
+  if (tok->mode != MTF_GEN_IDS) {
+    size_t size = 0;
+    char *text = mtf_gen_text(tok, row->ids + row->prompt_len, row->produced, &size);
+    printf(", \"text\": ");
+    mtf_gen_json_string(stdout, text ? text : "", text ? size : 0);
+    free(text);
+  }
+  printf("}\n");
+}
+
+/* Sampling (greedy at temperature 0): one token per row per step, until end-of-text or max_new. */
+static int sample_rows(mtf_gen_engine *e, const mtf_generate_options *opts, const mtf_gen_tokens *tok, gen_row *rows,
+                       int64_t n_rows, int64_t users, int64_t eot, int stream_text, mtf_error *err) {
+  int32_t **context = malloc(sizeof(int32_t *) * (size_t)n_rows), *chosen = malloc(sizeof(int32_t) * (size_t)n_rows);
+  int64_t *len = malloc(sizeof(int64_t) * (size_t)n_rows), *keys = malloc(sizeof(int64_t) * (size_t)n_rows);
+  double *logprob = malloc(sizeof(double) * (size_t)n_rows);
+  int rc = context && chosen && len && keys && logprob ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  mtf_gen_sampling sampling = {opts->temperature, opts->top_k, opts->top_p, opts->seed};
+  for (int64_t r = 0; r < n_rows && rc == MTF_OK; r++) {
+    context[r] = rows[r].ids;
+    keys[r] = r < users ? r : 0; /* a padding copy of prompt 0 draws what prompt 0 draws */
+  }
+  int rank = e->comm->rank;
+  for (int64_t step = 0; step < opts->max_new && rc == MTF_OK; step++) {
+    int active = 0;
+    for (int64_t r = 0; r < users; r++) active |= !rows[r].done;
+    if (!active) break;
+    double start = mtf_now_seconds();
+    for (int64_t r = 0; r < n_rows; r++) len[r] = rows[r].len;
+    mtf_gen_slice slice;
+    rc = mtf_gen_engine_next(e, context, len, &slice, err);
+    if (rc == MTF_OK) rc = mtf_gen_sample(e->comm, &slice, &sampling, step, keys, chosen, logprob, err);
+    double ms = (mtf_now_seconds() - start) * 1e3;
+    for (int64_t r = 0; r < n_rows && rc == MTF_OK; r++) {
+      gen_row *row = &rows[r];
+      if (row->done) continue;
+      if (chosen[r] == eot) {
+        row->done = 1;
+        continue;
+      }
+      row->ids[row->len++] = chosen[r];
+      row->logprob[row->produced] = logprob[r];
+      row->ms[row->produced++] = ms;
+      if (row->produced == opts->max_new) row->done = 1;
+      if (r == 0 && rank == 0 && stream_text) {
+        mtf_gen_emit(tok, stdout, chosen[r], row->prompt_len == 0 && row->produced == 1); /* space after a prompt */
+        fflush(stdout);
+      }
+      if (r < users && rank == 0 && opts->stream && opts->json) {
+        printf("{\"row\": %lld, \"step\": %lld, \"id\": %d, \"logprob\": %.6f, \"ms\": %.3f}\n", (long long)r,
+               (long long)step, chosen[r], logprob[r], ms);
+        fflush(stdout);
+      }
+    }
+  }
+  free(context);
+  free(chosen);
+  free(len);
+  free(keys);
+  free(logprob);
+  return rc;
+}
+
+/* Beam search over every prompt's `beam` rows; row u * beam ends with prompt u's best hypothesis. */
+static int beam_rows(mtf_gen_engine *e, const mtf_generate_options *opts, gen_row *rows, int64_t n_rows, int beam,
+                     int64_t eot, double *scores, mtf_error *err) {
+  int64_t groups = n_rows / beam;
+  int32_t **context = malloc(sizeof(int32_t *) * (size_t)n_rows);
+  int64_t *len = malloc(sizeof(int64_t) * (size_t)n_rows);
+  double **logprob = malloc(sizeof(double *) * (size_t)groups);
+  int rc = context && len && logprob ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  for (int64_t r = 0; r < n_rows && rc == MTF_OK; r++) {
+    context[r] = rows[r].ids;
+    len[r] = rows[r].len;
+  }
+  for (int64_t q = 0; q < groups && rc == MTF_OK; q++) logprob[q] = rows[q * beam].logprob;
+  double start = mtf_now_seconds();
+  if (rc == MTF_OK)
+    rc = mtf_gen_beam_search(e, groups, beam, opts->max_new, opts->length_penalty, eot, context, len, scores, logprob, err);
+  double ms = (mtf_now_seconds() - start) * 1e3;
+  for (int64_t q = 0; q < groups && rc == MTF_OK; q++) {
+    gen_row *row = &rows[q * beam];
+    row->len = len[q * beam];
+    row->produced = row->len - (row->prompt_len ? row->prompt_len : 1);
+    for (int64_t i = 0; i < row->produced; i++) row->ms[i] = ms / (double)(row->produced ? row->produced : 1);
+  }
+  free(context);
+  free(len);
+  free(logprob);
+  return rc;
 }
 
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
   MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
+  MTF_CHECK(mtf_backend_check(cfg->backend, err));  /* alike on every rank */
   int rank = mtf_world_rank();
-  mtf_session_options options = mtf_run_session_options(cfg);
-  MTF_CHECK(mtf_backend_check(cfg->backend, err)); /* alike on every rank */
-  int64_t rows = batch_rows(cfg), length = cfg->model.length, vocab = cfg->model.vocab;
-  mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
-  mtf_transformer model;
-  mtf_comm *comm = NULL;
-  mtf_plan *plan = NULL;
-  mtf_session *session = NULL;
-  int rc = mtf_transformer_build(g, &cfg->model, rows, 0.0f, &model, err);
-  if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, 0, 1, &model.logits, &plan, err);
-  mtf_plan_destroy(plan); /* rank 0's plan only checked the layout, alike on every rank */
-  plan = NULL;
-  rc = mtf_run_agree(rc, err); /* but building the model can run out of memory on one rank alone */
-  if (rc == MTF_OK) rc = mtf_comm_world_create(&cfg->mesh_shape, &comm, err);
-  if (rc == MTF_OK) rc = mtf_plan_create(g, &cfg->mesh_shape, &cfg->layout, comm->rank, 1, &model.logits, &plan, err);
-  if (rc == MTF_OK) rc = mtf_session_create(plan, comm, &options, &session, err);
-  if (comm) rc = mtf_comm_agree(comm, rc, err); /* a rank that failed alone must not skip the restore below */
+  int64_t vocab = cfg->model.vocab, length = cfg->model.length;
+  gen_prompts prompts;
+  int rc = collect_prompts(opts, &prompts, err); /* every rank reads the same file */
+  int beam = opts->beam > 1 ? opts->beam : 1;
+  if (rc == MTF_OK && opts->stream && !opts->json && prompts.count > 1)
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "--stream prints one prompt's text as it comes: with %lld prompts, add "
+                       "--json (one JSON line per token)", (long long)prompts.count);
+  /* Rows: the prompts (beam rows each), padded to a multiple of the mesh axis splitting batch, so that
+   * each rank holds whole prompts. */
+  int64_t split = batch_split(cfg), users = rc == MTF_OK ? prompts.count : 1;
+  int64_t slots = (users + split - 1) / split * split, n_rows = slots * beam;
+  mtf_gen_engine engine;
+  memset(&engine, 0, sizeof engine);
+  rc = mtf_run_agree(rc, err);
+  if (rc == MTF_OK) rc = mtf_gen_engine_open(&engine, cfg, n_rows, !opts->no_cache, err);
   mtf_ckpt_state state = {0};
   char restored[MTF_CKPT_PATH_MAX] = "";
   if (rc == MTF_OK) {
-    mtf_ckpt_model ckpt = {.graph = g, .plan = plan, .session = session, .comm = comm, .params = model.params,
-                           .n_params = model.n_params};
+    mtf_ckpt_model ckpt = mtf_gen_engine_checkpoint(&engine);
     if (opts->checkpoint) {
       rc = mtf_ckpt_restore(&ckpt, opts->checkpoint, 0, &state, NULL, err);
       snprintf(restored, sizeof restored, "%s", opts->checkpoint);
@@ -180,83 +264,115 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
                            dir, cfg->source);
     }
   }
-  /* Every rank reads the same file, so all choose the same mode and encode the prompt alike. */
-  mtf_ckpt_tokenizer tok = {0};
-  if (rc == MTF_OK) rc = mtf_ckpt_read_tokenizer(restored, &tok, err);
-  int mode = tok.table.count > 0 ? MODE_TABLE
-             : !tok.present || strcmp(tok.table.tokenizer, MTF_BYTES_TOKENIZER) == 0 ? MODE_BYTES : MODE_IDS;
-  int64_t eot = mode == MODE_BYTES ? MTF_BYTES_EOT_ID : tok.table.eot_id;
-  if (rc == MTF_OK && mode == MODE_BYTES && vocab < MTF_BYTES_EOT_ID + 1)
+  /* Every rank reads the same files, so all choose the same mode and encode the prompts alike. */
+  mtf_ckpt_tokenizer ckpt_tok = {0};
+  mtf_gen_vocab vocab_file = {0};
+  if (rc == MTF_OK) rc = mtf_ckpt_read_tokenizer(restored, &ckpt_tok, err);
+  int mode = opts->vocab_file ? MTF_GEN_VOCAB
+             : ckpt_tok.table.count > 0 ? MTF_GEN_TABLE
+             : !ckpt_tok.present || strcmp(ckpt_tok.table.tokenizer, MTF_BYTES_TOKENIZER) == 0 ? MTF_GEN_BYTES
+                                                                                                : MTF_GEN_IDS;
+  int64_t eot = ckpt_tok.present ? ckpt_tok.table.eot_id : mode == MTF_GEN_BYTES ? MTF_BYTES_EOT_ID : -1;
+  if (rc == MTF_OK && mode == MTF_GEN_BYTES && vocab < MTF_BYTES_EOT_ID + 1)
     rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: the checkpoint names no tokenizer, so generate speaks the byte "
-                       "tokenizer, which needs model.vocab >= 257", cfg->source);
-  int32_t *prompt = NULL;
-  int64_t prompt_len = 0;
-  if (rc == MTF_OK) rc = encode_prompt(opts, mode, &tok.table, vocab, &prompt, &prompt_len, err);
-  int64_t step = state.step;
-  /* Sizes from the config and the command line: checked (the config bounds rows x length x vocab, the
-   * options max_new), so none of these products can wrap. */
-  int64_t token_count, logit_count, capacity = 0, n = 0;
-  int sizes_ok = mtf_checked_product(rows, length, &token_count) && mtf_checked_product(token_count, vocab, &logit_count) &&
-                 prompt_len >= 0 && prompt_len <= MTF_MAX_ELEMENTS && opts->max_new <= MTF_GENERATE_MAX_NEW;
-  if (sizes_ok) capacity = prompt_len + opts->max_new + 1;
-  if (rc == MTF_OK && !sizes_ok) rc = mtf_error_set(err, MTF_ERR_INVALID, "generate: the buffers would overflow");
-  int32_t *tokens = sizes_ok ? calloc((size_t)token_count, sizeof(int32_t)) : NULL;
-  float *logits = sizes_ok ? malloc(sizeof(float) * (size_t)logit_count) : NULL;
-  int32_t *context = sizes_ok ? malloc(sizeof(int32_t) * (size_t)capacity) : NULL;
-  if (rc == MTF_OK && (!tokens || !logits || !context)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
-  /* Session creation, the restore and the buffers above can fail on one rank alone: agree before the
-   * collective loop. */
-  if (comm) rc = mtf_comm_agree(comm, rc, err);
-  for (int64_t i = 0; i < prompt_len && rc == MTF_OK; i++) context[n++] = prompt[i];
-  if (rc == MTF_OK && n == 0) { /* an empty prompt starts a new document */
-    if (eot < 0 || eot >= vocab)
-      rc = mtf_error_set(err, MTF_ERR_INVALID, "the prompt is empty and tokenizer '%s' has no end-of-text id to start "
-                         "from: give a prompt", tok.table.tokenizer);
-    else
-      context[n++] = (int32_t)eot;
+                       "tokenizer, which needs model.vocab >= 257 (or give --vocab FILE, or --ids)", cfg->source);
+  if (rc == MTF_OK && opts->vocab_file) rc = mtf_gen_vocab_load(opts->vocab_file, &vocab_file, err);
+  if (rc == MTF_OK && opts->vocab_file && vocab_file.count > vocab)
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "vocabulary file '%s' has %lld tokens, more than model.vocab %lld",
+                       opts->vocab_file, (long long)vocab_file.count, (long long)vocab);
+  mtf_gen_tokens tok = {.mode = mode, .json_ids = opts->print_ids, .table = &ckpt_tok.table, .vocab = &vocab_file,
+                        .tokenizer = ckpt_tok.table.tokenizer, .model_vocab = vocab};
+  gen_row *rows = calloc((size_t)n_rows, sizeof(gen_row));
+  double *scores = calloc((size_t)n_rows, sizeof(double));
+  if (rc == MTF_OK && (!rows || !scores)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  int64_t allocated = 0;
+  for (int64_t u = 0; u < users && rc == MTF_OK; u++) {
+    int32_t *ids = NULL, start = (int32_t)eot;
+    int64_t n = 0;
+    char what[64];
+    if (prompts.as_ids && u == 0) snprintf(what, sizeof what, "--prompt-ids");
+    else if (u < (prompts.as_ids ? 1 : 0) + opts->n_prompts) snprintf(what, sizeof what, "--prompt %lld", (long long)u + 1);
+    else snprintf(what, sizeof what, "%s line %lld", opts->prompts_file,
+                  (long long)(u - opts->n_prompts - (prompts.as_ids ? 1 : 0)) + 1);
+    /* --ids reads the prompts file as JSON arrays; --prompt stays text (--prompt-ids takes ids). */
+    int from_file = u >= (prompts.as_ids ? 1 : 0) + opts->n_prompts;
+    mtf_gen_tokens line_tok = tok;
+    line_tok.json_ids = opts->print_ids && from_file;
+    rc = mtf_gen_encode(&line_tok, prompts.text[u], prompts.as_ids && u == 0, what, &ids, &n, err);
+    if (rc == MTF_OK && n == 0) { /* an empty prompt starts a new document */
+      if (eot < 0 || eot >= vocab)
+        rc = mtf_error_set(err, MTF_ERR_INVALID, "%s is empty and the tokenizer%s%s has no end-of-text id to start "
+                           "from: give a prompt", what, ckpt_tok.present ? " " : "", ckpt_tok.table.tokenizer);
+    }
+    if (rc == MTF_OK && n > length && rank == 0)
+      fprintf(stderr, "generate: warning: %s has %lld tokens, more than model.length %lld: the model sees its last "
+              "%lld\n", what, (long long)n, (long long)length, (long long)length);
+    for (int b = 0; b < beam && rc == MTF_OK; b++) {
+      rc = row_alloc(&rows[u * beam + b], n ? ids : &start, n ? n : 1, opts->max_new, err);
+      allocated = u * beam + b + 1;
+      if (n == 0) rows[u * beam + b].prompt_len = 0; /* the end-of-text start is not printed */
+    }
+    free(ids);
   }
-  if (comm) rc = mtf_comm_agree(comm, rc, err);
-  int as_ids = opts->print_ids || mode == MODE_IDS;
-  int64_t printed = 0; /* ids printed so far: the first has no space before it */
-  if (rc == MTF_OK) mtf_run_print_backend(session, 0);
+  for (int64_t r = users * beam; r < n_rows && rc == MTF_OK; r++) { /* padding: copies of prompt 0 */
+    rc = row_alloc(&rows[r], rows[r % beam].ids, rows[r % beam].len, opts->max_new, err);
+    rows[r].prompt_len = rows[r % beam].prompt_len;
+    allocated = r + 1;
+  }
+  if (engine.comm) rc = mtf_comm_agree(engine.comm, rc, err);
+  int stream_text = users == 1 && beam == 1 && !opts->json && !opts->print_ids;
+  if (rc == MTF_OK) mtf_run_print_backend(engine.decode_s ? engine.decode_s : engine.full_s, opts->json);
   if (rc == MTF_OK && rank == 0) {
-    printf("generate: checkpoint at step %lld, temperature %g, top-k %lld, seed %llu", (long long)step,
-           opts->temperature, (long long)opts->top_k, (unsigned long long)opts->seed);
-    if (mode != MODE_BYTES)
-      printf(", tokenizer '%s'%s", tok.table.tokenizer, mode == MODE_IDS ? " (no decode table: ids)" : "");
-    printf("\n");
-    if (as_ids || opts->prompt_ids)
-      for (int64_t i = 0; i < prompt_len; i++) emit(as_ids, mode, &tok.table, prompt[i], printed++ == 0);
-    else
-      printf("%s", opts->prompt);
+    FILE *out = opts->json ? stderr : stdout;
+    fprintf(out, "generate: checkpoint at step %lld, ", (long long)state.step);
+    if (beam > 1) fprintf(out, "beam %d, length penalty %g", beam, opts->length_penalty);
+    else fprintf(out, "temperature %g, top-k %lld, top-p %g, seed %llu", opts->temperature, (long long)opts->top_k,
+                 opts->top_p, (unsigned long long)opts->seed);
+    if (mode == MTF_GEN_VOCAB) fprintf(out, ", vocabulary file '%s'", opts->vocab_file);
+    else if (mode != MTF_GEN_BYTES)
+      fprintf(out, ", tokenizer '%s'%s", ckpt_tok.table.tokenizer, mode == MTF_GEN_IDS ? " (no decode table: ids)" : "");
+    if (users > 1) fprintf(out, ", %lld prompts", (long long)users);
+    fprintf(out, "%s\n", opts->no_cache ? ", no cache" : "");
+    if (stream_text) {
+      if (prompts.as_ids || mode != MTF_GEN_BYTES)
+        for (int64_t i = 0; i < rows[0].prompt_len; i++) mtf_gen_emit(&tok, stdout, rows[0].ids[i], i == 0);
+      else
+        printf("%s", prompts.text[0]);
+    }
     fflush(stdout);
   }
-  mtf_rng rng = mtf_rng_make(opts->seed, 0);
-  for (int64_t produced = 0; produced < opts->max_new && rc == MTF_OK; produced++) {
-    int64_t start = n > length ? n - length : 0, used = n - start;
-    for (int64_t r = 0; r < rows; r++)
-      for (int64_t t = 0; t < length; t++) tokens[r * length + t] = t < used ? context[start + t] : 0;
-    if (mtf_session_set_input_int(session, model.tokens, tokens, err) || mtf_session_run(session, err) ||
-        mtf_session_fetch(session, model.logits, logits, err))
-      mtf_run_abort("generate", err);
-    int next = sample(logits + (used - 1) * vocab, vocab, opts->temperature, opts->top_k, &rng);
-    if (next == eot) break;
-    context[n++] = next;
-    if (rank == 0) {
-      emit(as_ids, mode, &tok.table, next, printed++ == 0);
-      fflush(stdout);
-    }
+  if (rc == MTF_OK) {
+    if (beam > 1)
+      rc = beam_rows(&engine, opts, rows, n_rows, beam, eot, scores, err);
+    else
+      rc = sample_rows(&engine, opts, &tok, rows, n_rows, users, eot, stream_text, err);
   }
-  if (rc == MTF_OK && rank == 0) printf("\n");
-  free(tokens);
-  free(logits);
-  free(context);
-  free(prompt);
-  mtf_ckpt_tokenizer_free(&tok);
-  mtf_session_destroy(session);
-  mtf_plan_destroy(plan);
-  mtf_transformer_free(&model);
-  mtf_graph_destroy(g);
-  if (comm) mtf_comm_destroy(comm);
+  if (rc == MTF_OK && rank == 0) {
+    if (stream_text) {
+      printf("\n");
+    } else {
+      for (int64_t u = 0; u < users; u++) {
+        const gen_row *row = &rows[u * beam];
+        if (opts->json) {
+          print_json_row(&tok, row, u, beam > 1 ? &scores[u] : NULL);
+        } else if (opts->print_ids) {
+          mtf_gen_emit_json_ids(stdout, row->ids + (row->prompt_len ? 0 : 1), row->len - (row->prompt_len ? 0 : 1));
+          printf("\n");
+        } else {
+          int64_t from = row->prompt_len ? 0 : 1;
+          for (int64_t i = from; i < row->len; i++) mtf_gen_emit(&tok, stdout, row->ids[i], i == from);
+          printf("\n");
+        }
+      }
+    }
+    fflush(stdout);
+  }
+  for (int64_t r = 0; r < allocated; r++) row_free(&rows[r]);
+  free(rows);
+  free(scores);
+  free_prompts(&prompts);
+  mtf_gen_vocab_free(&vocab_file);
+  mtf_ckpt_tokenizer_free(&ckpt_tok);
+  mtf_gen_engine_close(&engine);
   return rc;
 }

@@ -5,7 +5,8 @@
 #   finite weights whose evaluation overflows make mtf eval exit 1 instead of printing "loss nan";
 #   a negative step is refused; a token shard given to --from is named as one;
 #   string attributes that are arrays (config, mesh) are refused by inspect and by a resume, without a crash;
-#   a NULLPAD string of full width keeps its last character; inspect --json escapes every string.
+#   a NULLPAD string of full width keeps its last character; inspect --json escapes every string;
+#   a variable whose storage was never written (and has no checksum) is refused, not restored as zeros.
 # usage: bad_values.sh MTF MPIEXEC CONFIG DATA WORK
 set -euo pipefail
 mtf=$1 mpiexec=$2 config=$3 data=$4 work=$5
@@ -93,4 +94,20 @@ assert j["layout"] == 'quo"te\\back', j["layout"]
 kinds = {d["dataset"]: d["kind"] for d in j["datasets"]}
 assert kinds["embed.wte"] == 'para"m\\eter\x01', kinds["embed.wte"]
 PY
-echo "bad values: NaN weights, overflowing eval, negative step, token shard, array and NULLPAD attributes, JSON escapes"
+# A variable whose storage was never written (HDF5 reads its fill value, zeros) and that has no checksum
+# (as in checkpoints older than checksums) is damage, not zeros restored in silence.
+cp "$good" "$work/unstored.h5"
+$py - "$work/unstored.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["variables"]
+    attrs = {k: v for k, v in g["embed.wte"].attrs.items() if k != "checksum"}
+    shape = g["embed.wte"].shape
+    del g["embed.wte"]
+    d = g.create_dataset("embed.wte", shape=shape, dtype="<f4", chunks=True)  # no chunk is ever written
+    for k, v in attrs.items():
+        d.attrs[k] = v
+PY
+expect 1 eval-unstored "dataset variables/embed.wte is not stored in full \(damaged\)" -n "$crash" \
+  -- "$mtf" eval "$config" "${common[@]}" --set "run.dir=$work/run" --checkpoint "$work/unstored.h5"
+echo "bad values: NaN weights, overflowing eval, negative step, token shard, array and NULLPAD attributes, JSON escapes, unstored data"

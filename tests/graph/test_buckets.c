@@ -15,7 +15,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "lower/plan.h"
 #include "model_block.h"
@@ -24,11 +24,6 @@
 #define STEPS 3
 
 static int world_rank;
-
-static void fail_job(const char *what, const mtf_error *err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-}
 
 typedef struct training {
   model_block m;
@@ -249,9 +244,7 @@ int main(int argc, char **argv) {
   }
   mtf_graph_destroy(t.m.graph);
   mtf_comm_destroy(comm);
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   MPI_Finalize();
-  if (world_rank == 0) printf("%d passed, %d failed\n", totals[0], totals[1]);
-  return world_rank == 0 && totals[1] ? 1 : 0;
+  return status;
 }

@@ -6,7 +6,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "model_block.h"
 
@@ -21,11 +21,6 @@ typedef struct results {
 static int world_rank;
 /* argv[2]: gradient bucket bytes of the layouts' plans (lower/buckets.c); 0 (default): blocking allreduces. */
 static mtf_plan_options plan_options;
-
-static void fail_job(const char *what, const mtf_error *err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-}
 
 static int fetch_list(const model_block *m, mtf_tensor *fetches) {
   int n = 0;
@@ -227,14 +222,9 @@ int main(int argc, char **argv) {
     free_results(&reference);
     mtf_graph_destroy(m.graph);
   }
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   mtf_comm_destroy(comm);
   mtf_comm_destroy(self);
   MPI_Finalize();
-  if (world_rank == 0) {
-    printf("%d passed, %d failed\n", totals[0], totals[1]);
-    return totals[1] ? 1 : 0;
-  }
-  return 0;
+  return status;
 }

@@ -10,18 +10,13 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "mtf.h"
 
 #define MAX_FETCH 6
 
 static int world_rank;
-
-static void fail_job(const char *what, const mtf_error *err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-}
 
 /* A graph whose first fetch is the resharded tensor, then the loss and the gradients. */
 typedef struct reshard_case {
@@ -257,14 +252,9 @@ int main(int argc, char **argv) {
     mtf_graph_destroy(c.g);
   }
 
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   mtf_comm_destroy(comm);
   mtf_comm_destroy(self);
   MPI_Finalize();
-  if (world_rank == 0) {
-    printf("%d passed, %d failed\n", totals[0], totals[1]);
-    return totals[1] ? 1 : 0;
-  }
-  return 0;
+  return status;
 }

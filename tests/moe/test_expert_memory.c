@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "run/program.h"
 
@@ -112,10 +112,8 @@ int main(int argc, char **argv) {
   /* mtf plan's "per rank: parameters ..., optimizer state ...": the same bytes. */
   CHECK(split.parameters + split.optimizer_state == split.planned_vars);
   CHECK(split.expert_params > 0 && replicated.parameters - split.parameters == split.expert_params / ranks * (ranks - 1));
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   free(cfg);
   MPI_Finalize();
-  if (rank == 0) printf("%d passed, %d failed\n", totals[0], totals[1]);
-  return rank == 0 && totals[1] ? 1 : 0;
+  return status;
 }

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "run/program.h"
 
@@ -41,14 +41,12 @@ int main(int argc, char **argv) {
          mem.optimizer_state / 1048576.0, mem.accumulators / 1048576.0, mem.train_arena / 1048576.0,
          mem.apply_arena / 1048576.0, allocated / 1048576.0, ratio);
   CHECK(ratio > 0.9 && ratio < 1.1);
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   mtf_session_destroy(apply);
   mtf_session_destroy(session);
   mtf_program_free(&program);
   mtf_comm_destroy(comm);
   free(cfg);
   MPI_Finalize();
-  if (rank == 0) printf("%d passed, %d failed\n", totals[0], totals[1]);
-  return rank == 0 && totals[1] ? 1 : 0;
+  return status;
 }

@@ -8,6 +8,7 @@
                                        tokenizer's decode of the ids it samples, from the checkpoint alone;
                                        without a decode table it prints ids
 """
+import json
 import os
 import re
 import shutil
@@ -203,7 +204,7 @@ def generate(mtf, mpiexec, config, data, work, decode_ids):
     generated = text[text.index(b"generate: checkpoint"):].split(b"\n", 1)[1].rstrip(b"\n")
     ids_out, _ = run(gen + ["--ids"])
     ids_line = ids_out[ids_out.index(b"generate: checkpoint"):].split(b"\n", 1)[1].strip()
-    ids = [int(x) for x in ids_line.split()]
+    ids = [int(x) for x in json.loads(ids_line)]  # --ids prints a JSON array of the prompt's and new ids
     greedy, _ = run([decode_ids, "ckpt", ckpt, "encode"], stdin=b"The ")
     n_prompt = len(greedy.split())
     if ids[:n_prompt] != [int(x) for x in greedy.split()]:

@@ -6,7 +6,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "train_case.h"
 
@@ -14,11 +14,6 @@
 #define N_VARS 3
 
 static int world_rank;
-
-static void fail_job(const char *what, const mtf_error *err) {
-  fprintf(stderr, "rank %d: %s: %s\n", world_rank, what, err->msg);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-}
 
 static void check_layout(const char *what, const train_case *tc, const train_history *reference,
                          const mtf_shape *mesh, mtf_comm *comm, const char *layout_text) {
@@ -101,14 +96,9 @@ int main(int argc, char **argv) {
   cfg.clip_grad_norm = 1.0f;
   check_optimizer("sgd momentum + gradient clipping", &cfg, &mesh, comm, self);
 
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   mtf_comm_destroy(comm);
   mtf_comm_destroy(self);
   MPI_Finalize();
-  if (world_rank == 0) {
-    printf("%d passed, %d failed\n", totals[0], totals[1]);
-    return totals[1] ? 1 : 0;
-  }
-  return 0;
+  return status;
 }

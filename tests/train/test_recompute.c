@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "../check_mpi.h"
 #include "comm/mpi_comm.h"
 #include "lower/plan.h"
 #include "mtf.h"
@@ -185,10 +185,8 @@ int main(int argc, char **argv) {
   mtf_graph_destroy(plain.g);
   mtf_graph_destroy(marked.g);
   mtf_graph_destroy(recomputed.g);
-  int counts[2] = {check_passed, check_failed}, totals[2];
-  MPI_Reduce(counts, totals, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  int status = check_mpi_summary();
   mtf_comm_destroy(comm);
   MPI_Finalize();
-  if (rank == 0) printf("%d passed, %d failed\n", totals[0], totals[1]);
-  return rank == 0 && totals[1] ? 1 : 0;
+  return status;
 }

@@ -38,10 +38,25 @@ static int einsum2(int threads, const mtf_step *st, const float *a, const float 
   int ta = d.a_transposed, tb = d.b_transposed;
   int64_t M = d.M, N = d.N, K = d.K;
   float *c = d.c_packed ? part[4] : out;
-  for (int64_t i = 0; i < d.nb; i++)
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                1.0f, ap + i * M * K, ta ? (int)M : (int)K, bp + i * K * N, tb ? (int)K : (int)N, 0.0f,
-                c + i * M * N, (int)N);
+  /* A product with one row or one column is a matrix-vector product: sgemv streams the matrix once, where
+   * OpenBLAS's sgemm packs it first (decoding one token at a time, the weights are such matrices: 5x). */
+  if (M == 1 || N == 1) {
+    for (int64_t i = 0; i < d.nb; i++) {
+      const float *A = ap + i * M * K, *B = bp + i * K * N;
+      float *C = c + i * M * N;
+      if (M == 1) /* c[N] = a[K] . op(B): B is K x N (tb 0) or N x K (tb 1), row-major */
+        cblas_sgemv(CblasRowMajor, tb ? CblasNoTrans : CblasTrans, tb ? (int)N : (int)K, tb ? (int)K : (int)N, 1.0f, B,
+                    tb ? (int)K : (int)N, A, 1, 0.0f, C, 1);
+      else /* c[M] = op(A) . b[K]: A is M x K (ta 0) or K x M (ta 1) */
+        cblas_sgemv(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, ta ? (int)K : (int)M, ta ? (int)M : (int)K, 1.0f, A,
+                    ta ? (int)M : (int)K, B, 1, 0.0f, C, 1);
+    }
+  } else {
+    for (int64_t i = 0; i < d.nb; i++)
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                  (int)K, 1.0f, ap + i * M * K, ta ? (int)M : (int)K, bp + i * K * N, tb ? (int)K : (int)N, 0.0f,
+                  c + i * M * N, (int)N);
+  }
   if (d.c_packed) {
     mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
     mtf_cpu_reduce_into(threads, &c_shape, c, &st->out_shape, out);
