@@ -177,8 +177,6 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
   mtf_shape wi_shape = shape_of("d_model:%lld,d_ff:%lld", (long long)m->d_model, (long long)m->d_ff);
   mtf_shape wo_shape = shape_of("d_ff:%lld,d_model:%lld", (long long)m->d_ff, (long long)m->d_model);
   float in_scale = 1.0f / sqrtf((float)m->d_model);
-  snprintf(name, sizeof name, "%s/wo", prefix);
-  mtf_tensor wo = param(b, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_ff));
   mtf_shape hidden = *activations;
   hidden.dims[2] = mtf_dim_make("d_ff", m->d_ff);
   mtf_tensor act;
@@ -197,6 +195,10 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
     mtf_tensor pre = mtf_einsum2(g, h, wi, &hidden);
     act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
   }
+  /* Made after the input projections: variables keep the order of earlier versions (checkpoints list them,
+   * and a restore reports the first that differs). */
+  snprintf(name, sizeof name, "%s/wo", prefix);
+  mtf_tensor wo = param(b, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_ff));
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, dropout(b, act), wo, activations)));
 }
 
