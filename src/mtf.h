@@ -178,6 +178,11 @@ mtf_tensor mtf_maximum(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* gradient to
 mtf_tensor mtf_minimum(mtf_graph *g, mtf_tensor a, mtf_tensor b); /* gradient to the smaller (a on ties) */
 /* a where cond != 0, else b (cond, a, b broadcast by name); gradient to a and b through the mask. */
 mtf_tensor mtf_where(mtf_graph *g, mtf_tensor cond, mtf_tensor a, mtf_tensor b);
+/* x with, for each row (every index of x's other dims), value's row written at index positions[row] along
+ * `dim` (value: x's dims without dim; positions: int32 over some of them; outside [0, size) writes nothing).
+ * Assigned back to x, a variable, it updates the variable in place (one row each, no pass over x). No
+ * gradient. */
+mtf_tensor mtf_write_at(mtf_graph *g, mtf_tensor x, mtf_tensor value, mtf_tensor positions, const char *dim);
 /* The float value of an int32 tensor (indices, labels), so float ops can use it; a float tensor is returned
  * as it is. No gradient. (Float ops given an int32 tensor are a builder error that names this; fetch int32
  * results such as positions through it too: mtf_session_fetch copies their int32 bits as they are.) */

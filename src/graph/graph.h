@@ -49,6 +49,7 @@ typedef enum mtf_op_kind {
   MTF_OP_CUMSUM,        /* running sum along params.scan.dim (exclusive, reverse: params.scan) */
   MTF_OP_WHERE,         /* inputs cond, a, b: a where cond != 0, else b (broadcast by name) */
   MTF_OP_TO_FLOAT,      /* int32 -> float */
+  MTF_OP_WRITE_AT,      /* inputs x, value, positions: x with each row's value at its position along params.along.dim */
   MTF_OP_COUNT
 } mtf_op_kind;
 

@@ -361,6 +361,46 @@ int mtf_lower_set_value_sliced(mtf_lowering *lw, int node, int buffer, const mtf
   return mtf_lower_reshard(lw, node, buffer, &whole, 0, &p->layouts[node], &p->value_buffer[node]);
 }
 
+/* Whether node (whose input 0 is a variable) may write into the variable's storage: the plan assigns the
+ * variable this node's value and nothing else, and no other needed node (nor a fetch) reads the variable. */
+static int may_write_into_variable(const lowering *lw, int node) {
+  const mtf_graph *g = lw->g;
+  const mtf_plan *p = lw->plan;
+  int variable = g->nodes[node].inputs[0], assigned_here = 0;
+  if (g->nodes[variable].kind != MTF_OP_VARIABLE) return 0;
+  for (int i = lw->first_assign; i < lw->end_assign; i++)
+    if (g->assigns[i].variable == variable) {
+      if (g->assigns[i].value != node) return 0;
+      assigned_here = 1;
+    }
+  if (!assigned_here) return 0;
+  for (int f = 0; f < p->n_fetches; f++)
+    if (p->fetch_nodes[f] == variable) return 0;
+  for (int i = 0; i < g->n_nodes; i++) {
+    if (i == node || !p->needed[i]) continue;
+    for (int k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == variable) return 0;
+  }
+  return 1;
+}
+
+int mtf_lower_into_assigned_variable(mtf_lowering *lw, int node) {
+  mtf_plan *p = lw->plan;
+  int last = p->n_steps - 1, variable_buffer = p->value_buffer[lw->g->nodes[node].inputs[0]];
+  if (last < 0 || p->steps[last].node != node || p->steps[last].kind != MTF_STEP_KERNEL ||
+      p->steps[last].out != p->value_buffer[node] || !may_write_into_variable(lw, node))
+    return 0;
+  mtf_buffer *unused = &p->buffers[p->steps[last].out]; /* the arena buffer the step was given */
+  unused->elements = 0;
+  unused->first_step = INT_MAX;
+  unused->last_step = -1;
+  p->steps[last].out = variable_buffer;
+  p->value_buffer[node] = variable_buffer;
+  mtf_buffer *v = &p->buffers[variable_buffer];
+  if (v->last_step < last) v->last_step = last;
+  return 1;
+}
+
 static int mark_needed(mtf_plan *p, const mtf_graph *g, int n_fetches, const mtf_tensor *fetches, int first_assign,
                        int end_assign, mtf_error *err) {
   for (int i = 0; i < n_fetches; i++) {
@@ -404,7 +444,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     return mtf_error_set(err, MTF_ERR_INVALID, "plan: rank %d is outside the mesh of %d", mesh_rank, mtf_mesh_size(mesh));
   mtf_plan *p = calloc(1, sizeof *p);
   int count = g->n_nodes;
-  lowering lw = {.plan = p, .g = g, .err = err};
+  lowering lw = {.plan = p, .g = g, .err = err, .first_assign = first_assign, .end_assign = end_assign};
   if (!p) return mtf_error_set(err, MTF_ERR_NOMEM, "plan: out of memory");
   p->graph = g;
   p->mesh = *mesh;
@@ -434,6 +474,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     int variable = g->assigns[i].variable, value = g->assigns[i].value;
     rc = materialize(&lw, value);
     if (rc) break;
+    if (p->value_buffer[value] == p->value_buffer[variable]) continue; /* written in place */
     mtf_shape local = mtf_lw_local_shape(p, variable);
     mtf_step s = mtf_lw_one_input_step(MTF_STEP_COPY, variable, p->value_buffer[value], &local, p->value_buffer[variable], &local);
     rc = mtf_lw_add_step(&lw, &s);

@@ -11,6 +11,7 @@ struct mtf_lowering {
   mtf_axis_set *pending; /* per buffer: axes over which it still holds partial sums */
   int cap_pending;
   mtf_error *err;
+  int first_assign, end_assign; /* the graph's assigns this plan performs */
 };
 
 /* A new buffer of this rank (local shape), holding a value of node; its id, or minus an error code. */

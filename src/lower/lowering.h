@@ -67,6 +67,10 @@ int mtf_lower_allreduce_buffer(mtf_lowering *lw, int node, int buffer, const mtf
 int mtf_lower_input(mtf_lowering *lw, int node, int k, int *buffer, mtf_shape *local);
 /* Makes `buffer` node's value. */
 void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer);
+/* For an op that updates its input 0 (write_at), called right after the node's one kernel step: where input
+ * 0 is a variable this plan assigns exactly node's value and nothing else reads, the step writes into the
+ * variable's storage instead (the kernel sees out == in[0]) and the assign copies nothing. 1 if it did. */
+int mtf_lower_into_assigned_variable(mtf_lowering *lw, int node);
 
 /* For kernels that need some dims whole (fused attention's positions and features): node's input k,
  * materialized and allgathered along each dim named in `dims` that its layout splits (no step where none

@@ -14,9 +14,9 @@ typedef struct builder {
   float dropout;
   uint64_t dropout_key;
   mtf_transformer_mode mode;
-  /* DECODE: each row's position as one-hot [batch, memory_length], its complement, and the memory
-   * positions it may attend to (<= its position) [memory_length, batch]. */
-  mtf_tensor position_hot, position_keep, attend;
+  /* DECODE: each row's position as one-hot [batch, memory_length] and the memory positions it may attend
+   * to (<= its position) [memory_length, batch]. */
+  mtf_tensor position_hot, attend;
 } builder;
 
 static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -79,13 +79,13 @@ static void cache_fill(builder *b, const char *prefix, const char *which, mtf_te
   if (mtf_assign(b->g, cache, reordered) == MTF_OK) b->t->n_assigns++;
 }
 
-/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position: one pass, the cache
- * where the position's one-hot is 0, else new (bit for bit). Returns the updated cache, in the cache's
- * dimension order, which attention reads. */
+/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position along memory_length
+ * (write_at: assigned back to the cache variable, it writes in place, one row per (batch, head), not a pass
+ * over the cache). Returns the updated cache, which attention reads. */
 static mtf_tensor cache_write(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
   mtf_graph *g = b->g;
   mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  mtf_tensor updated = mtf_where(g, b->position_keep, cache, kv); /* cache first: its dimension order */
+  mtf_tensor updated = mtf_write_at(g, cache, kv, b->t->positions, "memory_length");
   if (mtf_assign(g, cache, updated) == MTF_OK) b->t->n_assigns++;
   return updated;
 }
@@ -225,7 +225,6 @@ static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_t
   mtf_dim memory = mtf_dim_make("memory_length", m->length);
   mtf_tensor memory_index = mtf_range(g, &memory);
   b->position_hot = mtf_one_hot(g, b->t->positions, &memory);
-  b->position_keep = mtf_scalar_add(g, mtf_scalar_multiply(g, b->position_hot, -1.0f), 1.0f);
   mtf_tensor position = mtf_reduce_sum(g, mtf_multiply(g, b->position_hot, memory_index), &rows);
   b->attend = mtf_less_equal(g, memory_index, position);
   return mtf_add(g, mtf_gather(g, wte, b->t->tokens, "vocab"), mtf_gather(g, wpe, b->t->positions, "length"));

@@ -67,6 +67,7 @@ extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_take; /*
 extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 /* ops/select.c */
 extern const mtf_op_def mtf_op_top_k, mtf_op_top_k_indices, mtf_op_cumsum, mtf_op_where, mtf_op_to_float;
+extern const mtf_op_def mtf_op_write_at; /* ops/write_at.c */
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */

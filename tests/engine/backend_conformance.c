@@ -235,6 +235,14 @@ static mtf_tensor c_where_int_cond(ARGS) {
   mtf_tensor labels = labels_input(g, in, n_in, "a:4");
   return mtf_where(g, labels, v[0], mtf_scalar_multiply(g, v[0], -3.0f));
 }
+/* Positions include -1 and 6 (outside v:6: nothing written); with v split, each rank writes its own range. */
+static mtf_tensor c_write_at(ARGS) {
+  return mtf_write_at(g, v[0], v[1], labels_input(g, in, n_in, "a:3"), "v");
+}
+/* The value in another dimension order, positions over only some of the rows' dims, dim in the middle. */
+static mtf_tensor c_write_at_middle(ARGS) {
+  return mtf_write_at(g, v[0], v[1], labels_input(g, in, n_in, "d:4"), "v");
+}
 static mtf_tensor c_to_float(ARGS) { return mtf_multiply(g, mtf_to_float(g, labels_input(g, in, n_in, "a:4,d:2")), v[0]); }
 
 /* Optimizer updates. Scalars come from reductions of a variable, so over a split dim they arrive as partial
@@ -340,6 +348,8 @@ static const op_case forward_only_cases[] = {
     {"moving_average, decay tensor, squared", {"a:3,c:1,d:4", "a:3,c:1,d:4", "d:4"}, c_moving_average_decay},
     {"adam_update", {"a:3,d:4", "a:3,d:4", "a:3,d:4"}, c_adam_update},
     {"adam_update, beta1 0, step 1", {"d:4,b:5", "d:4,b:5", "d:4,b:5"}, c_adam_update_no_beta1},
+    {"write_at", {"a:3,v:6,d:4", "a:3,d:4"}, c_write_at},
+    {"write_at, dim in the middle, value transposed", {"a:2,v:6,d:4", "d:4,a:2"}, c_write_at_middle},
 };
 
 static int world_rank;

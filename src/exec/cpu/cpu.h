@@ -14,6 +14,7 @@ void mtf_cpu_register_fused(mtf_kernel_fn *kernels);
 void mtf_cpu_register_fused_grad(mtf_kernel_fn *kernels); /* fused_grad.c */
 void mtf_cpu_register_optimizer(mtf_kernel_fn *kernels); /* optimizer.c */
 void mtf_cpu_register_select(mtf_kernel_fn *kernels); /* select.c */
+void mtf_cpu_register_write_at(mtf_kernel_fn *kernels); /* write_at.c */
 
 void mtf_cpu_fill(float value, int64_t n, float *out);
 void mtf_cpu_fill_parallel(int threads, float value, int64_t n, float *out);
