@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what is missing, builds with warnings as errors, runs the whole
-# CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more, then
+# CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more (less the
+# tests labelled `long`: learning runs whose code paths shorter tests already cover under the sanitizers), then
 # builds the libFuzzer targets with clang (ASan/UBSan) and runs each for 30 s (tools/fuzz.sh).
 # Exits non-zero if any step or test fails, or a fuzz target finds a crash, leak or sanitizer report.
 #   MTF_TEST_ASAN=0  skip the sanitizer pass        MTF_BUILD_DIR=DIR  build directory (default build)
@@ -14,18 +15,18 @@ jobs=$(nproc 2>/dev/null || echo 2)
 build_dir=${MTF_BUILD_DIR:-build}
 
 run_suite() {
-  local dir=$1; shift
+  local dir=$1 ctest_args=$2; shift 2
   echo "== configure $dir ($*)"
   cmake -S . -B "$dir" -DMTF_WERROR=ON "$@"
   echo "== build $dir"
   cmake --build "$dir" -j "$jobs"
   echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure)
+  (cd "$dir" && ctest --output-on-failure $ctest_args)
 }
 
-run_suite "$build_dir"
+run_suite "$build_dir" ""
 if [ "${MTF_TEST_ASAN:-1}" != 0 ]; then
-  run_suite "$build_dir-asan" -DMTF_ASAN=ON -DMTF_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+  run_suite "$build_dir-asan" "-LE long" -DMTF_ASAN=ON -DMTF_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
 fi
 if [ "${MTF_TEST_FUZZ:-1}" != 0 ]; then
   fuzz_seconds=${MTF_TEST_FUZZ_SECONDS:-30}

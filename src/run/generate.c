@@ -289,7 +289,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   for (int64_t u = 0; u < users && rc == MTF_OK; u++) {
     int32_t *ids = NULL, start = (int32_t)eot;
     int64_t n = 0;
-    char what[64];
+    char what[MTF_CKPT_PATH_MAX + 64]; /* names the prompts file, whose path may be long */
     if (prompts.as_ids && u == 0) snprintf(what, sizeof what, "--prompt-ids");
     else if (u < (prompts.as_ids ? 1 : 0) + opts->n_prompts) snprintf(what, sizeof what, "--prompt %lld", (long long)u + 1);
     else snprintf(what, sizeof what, "%s line %lld", opts->prompts_file,
