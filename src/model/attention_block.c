@@ -74,6 +74,11 @@ static mtf_tensor cache_write(const mtf_attention_env *env, const char *prefix, 
   return updated;
 }
 
+/* [kv_heads, q_group]: the query heads of each K/V head, in the order of heads. */
+static mtf_shape grouped_heads(const mtf_model_config *m) {
+  return shape_of("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
+}
+
 /* Grouped keys or values [..., kv_heads, ...] as [..., heads, ...]: query head h reads key/value head
  * h / (heads / kv_heads). A broadcast to [..., kv_heads, q_group, ...] and a reshape of that run into
  * heads: with heads split and kv_heads not, each rank takes the slice its query heads read (the K/V heads
@@ -91,7 +96,7 @@ static mtf_tensor expand_heads(const mtf_attention_env *env, mtf_tensor x) {
   for (int d = wide.rank; d > at + 1; d--) wide.dims[d] = wide.dims[d - 1];
   wide.dims[at + 1] = mtf_dim_make("q_group", m->heads / m->kv_heads);
   wide.rank++;
-  mtf_shape grouped = shape_of("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
+  mtf_shape grouped = grouped_heads(m);
   mtf_shape heads = shape_of("heads:%lld", (long long)m->heads);
   return mtf_replace_dimensions(g, mtf_broadcast(g, x, &wide), &grouped, &heads);
 }
@@ -102,9 +107,10 @@ static mtf_tensor regroup_heads(const mtf_attention_env *env, mtf_tensor x, int 
   const mtf_model_config *m = env->model;
   const mtf_shape *shape = mtf_tensor_shape(env->g, x);
   if (m->kv_heads == m->heads || !shape || mtf_shape_index_of(shape, join ? "q_group" : "heads") < 0) return x;
-  mtf_shape grouped = shape_of("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
+  mtf_shape grouped = grouped_heads(m);
   mtf_shape heads = shape_of("heads:%lld", (long long)m->heads);
-  return join ? mtf_replace_dimensions(env->g, x, &grouped, &heads) : mtf_replace_dimensions(env->g, x, &heads, &grouped);
+  return join ? mtf_replace_dimensions(env->g, x, &grouped, &heads)
+              : mtf_replace_dimensions(env->g, x, &heads, &grouped);
 }
 
 /* DECODE: attention of each row's one new token over its cache prefix (memory positions <= its position);
@@ -145,7 +151,8 @@ static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, c
              (long long)(m->heads / m->kv_heads));
   else
     snprintf(heads, sizeof heads, "heads:%lld", (long long)m->heads);
-  mtf_shape scores_shape = shape_of("batch:%lld,%s,memory_length:%lld", (long long)batch, heads, (long long)memory_length);
+  mtf_shape scores_shape = shape_of("batch:%lld,%s,memory_length:%lld", (long long)batch, heads,
+                                    (long long)memory_length);
   mtf_shape o_shape = shape_of("batch:%lld,%s,d_kv:%lld", (long long)batch, heads, (long long)m->d_kv);
   mtf_tensor scores = mtf_einsum2(g, regroup_heads(env, q, 0), k, &scores_shape);
   if (options->bias != MTF_NO_TENSOR) scores = mtf_add(g, scores, regroup_heads(env, options->bias, 0));
