@@ -36,6 +36,15 @@ static const key_spec schema[] = {
     {"model.d_kv", KEY_INT, F(model.d_kv), "16", 1, 1 << 16, NULL, "width of each head's keys, queries, values"},
     {"model.layers", KEY_INT, F(model.layers), "2", 1, 1000, NULL, "transformer layers"},
     {"model.length", KEY_INT, F(model.length), "64", 1, 1 << 20, NULL, "sequence length (tokens per example)"},
+    {"model.architecture", KEY_CHOICE, F(model.architecture), "decoder", 0, 0, "decoder|encoder_decoder",
+     "decoder: the decoder-only language model; encoder_decoder: a bidirectional encoder over the prompt and a causal "
+     "decoder with cross-attention over the answer (T5)"},
+    {"model.encoder_layers", KEY_INT, F(model.encoder_layers), "0", 0, 1000, NULL,
+     "encoder_decoder: encoder layers (0 = model.layers)"},
+    {"model.decoder_layers", KEY_INT, F(model.decoder_layers), "0", 0, 1000, NULL,
+     "encoder_decoder: decoder layers (0 = model.layers)"},
+    {"model.shared_embeddings", KEY_BOOL, F(model.shared_embeddings), "true", 0, 1, NULL,
+     "encoder_decoder: encoder and decoder share embed/wte (false: encoder/embed/wte of their own)"},
     {"model.norm", KEY_CHOICE, F(model.norm), "rms", 0, 0, "rms|layer", "normalisation"},
     {"model.activation", KEY_CHOICE, F(model.activation), "gelu", 0, 0, "relu|gelu|swiglu|geglu",
      "feed-forward activation; swiglu and geglu are gated (two input projections wi_0, wi_1)"},
@@ -483,6 +492,28 @@ static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
   return MTF_OK;
 }
 
+/* The encoder-decoder's keys against the architecture and what it does not support. */
+static int check_architecture(const mtf_config *cfg, const char *src, mtf_error *err) {
+  const mtf_model_config *m = &cfg->model;
+  if (strcmp(m->architecture, "encoder_decoder") != 0) {
+    const char *key = m->encoder_layers ? "model.encoder_layers" : m->decoder_layers ? "model.decoder_layers"
+                      : !m->shared_embeddings ? "model.shared_embeddings" : NULL;
+    if (key)
+      return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set, but model.architecture is '%s': it applies to "
+                           "model.architecture: encoder_decoder only (the decoder-only model has model.layers "
+                           "layers); set the architecture or drop the key", src, key, m->architecture);
+    return MTF_OK;
+  }
+  if (m->moe.experts > 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.experts is %lld, but the encoder-decoder "
+                         "(model.architecture: encoder_decoder) has dense feed-forward layers only: set "
+                         "model.moe.experts: 0 or use model.architecture: decoder", src, (long long)m->moe.experts);
+  if (m->length < 2)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.length is %lld, but an encoder-decoder needs at least 2 "
+                         "positions (a prompt and an answer token)", src, (long long)m->length);
+  return MTF_OK;
+}
+
 int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   MTF_CHECK(mtf_mesh_validate(&cfg->mesh_shape, err));
@@ -496,6 +527,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
                          (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   MTF_CHECK(check_moe(cfg, src, err));
   MTF_CHECK(check_gated(cfg, src, err));
+  MTF_CHECK(check_architecture(cfg, src, err));
   if (cfg->model.label_smoothing >= 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.label_smoothing is %g: it must be below 1 (at 1 the loss "
                          "ignores the labels); 0.1 is usual, 0 turns smoothing off", src, cfg->model.label_smoothing);

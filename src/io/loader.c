@@ -9,6 +9,7 @@
 #include "comm/agree.h"
 #include "core/clock.h"
 #include "io/dataset.h"
+#include "io/seq2seq.h"
 #include "core/rng.h"
 
 #define MAX_OPEN_SHARDS 64 /* file handles kept open; older ones are closed when more are needed */
@@ -25,7 +26,13 @@ struct mtf_loader {
   mtf_loader_options opts;
   mtf_dataset dataset;
   int64_t vocab_limit;
-  int64_t local_batch, row_offset, row_tokens;
+  int64_t local_batch, row_offset, row_tokens; /* row_tokens: int32 values per row in a batch buffer */
+  /* Seq2seq (opts.seq2seq): marked examples, or the prefix task over windows. examples[i] = (shard,
+   * start, answer_start, end); `scratch` holds one example's tokens while a row is built. */
+  int marked;
+  int64_t n_examples, eot_id;
+  int64_t *examples;
+  int32_t *scratch;
 
   /* Read side (the prefetch thread, or the caller when prefetch is 0): open shard handles. */
   mtf_shard *shards;
@@ -87,6 +94,35 @@ static void advance(mtf_loader_cursor *cursor, int64_t batch_size) {
   }
 }
 
+/* One seq2seq row (loader.h) into row[4 T]: encoder input, decoder input, targets, loss weights. */
+static int read_seq2seq_row(mtf_loader *loader, int64_t window, int32_t *row, mtf_error *err) {
+  int64_t T = loader->opts.length, start, answer, end;
+  int shard_index;
+  if (loader->marked) {
+    const int64_t *e = loader->examples + 4 * window;
+    shard_index = (int)e[0];
+    start = e[1], answer = e[2], end = e[3];
+  } else { /* the prefix task over a window of T + 1 tokens */
+    mtf_dataset_window(&loader->dataset, window, &shard_index, &start);
+    answer = start + T / 2, end = start + T + 1;
+  }
+  int64_t prompt = answer - start < T ? answer - start : T, reply = end - answer < T ? end - answer : T;
+  mtf_shard *shard = NULL;
+  MTF_CHECK(get_shard(loader, shard_index, &shard, err));
+  int32_t *scratch = loader->scratch;
+  MTF_CHECK(mtf_shard_read(shard, start, prompt, scratch, loader->vocab_limit, err));
+  MTF_CHECK(mtf_shard_read(shard, answer, reply, scratch + T, loader->vocab_limit, err));
+  int32_t *encoder = row, *decoder = row + T, *targets = row + 2 * T, *weights = row + 3 * T;
+  int32_t start_id = loader->eot_id >= 0 ? (int32_t)loader->eot_id : 0;
+  for (int64_t i = 0; i < T; i++) {
+    encoder[i] = i < prompt ? scratch[i] : 0;
+    targets[i] = i < reply ? scratch[T + i] : 0;
+    weights[i] = i < reply;
+    decoder[i] = i == 0 ? start_id : i < reply ? scratch[T + i - 1] : 0;
+  }
+  return MTF_OK;
+}
+
 /* Reads this rank's rows of the batch at *cursor into tokens and advances *cursor. */
 static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, double *seconds,
                       mtf_error *err) {
@@ -95,9 +131,13 @@ static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *to
   int rc = MTF_OK;
   for (int64_t r = 0; rc == MTF_OK && r < loader->local_batch; r++) {
     uint64_t position = (uint64_t)(cursor->position + loader->row_offset + r);
-    int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start;
-    int shard_index;
-    mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
+    int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start = 0;
+    int shard_index = 0;
+    if (!loader->marked) mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
+    if (loader->opts.seq2seq) {
+      rc = read_seq2seq_row(loader, window, tokens + r * loader->row_tokens, err);
+      continue;
+    }
     mtf_shard *shard = NULL;
     rc = get_shard(loader, shard_index, &shard, err);
     if (rc == MTF_OK)
@@ -157,6 +197,43 @@ static void stop_prefetch(mtf_loader *loader) {
   loader->thread_running = 0;
 }
 
+/* Seq2seq: every shard's marks, gathered into loader->examples; or none at all (the prefix task). */
+static int open_seq2seq(mtf_loader *loader, mtf_error *err) {
+  const mtf_dataset *data = &loader->dataset;
+  loader->eot_id = data->count > 0 ? data->meta[0].eot_id : -1;
+  loader->scratch = malloc(sizeof(int32_t) * 2 * (size_t)loader->opts.length);
+  if (!loader->scratch) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  int first_marked = -1, first_unmarked = -1;
+  for (int i = 0; i < data->count; i++) {
+    mtf_seq2seq_marks marks;
+    MTF_CHECK(mtf_seq2seq_read_marks(data->paths[i], data->meta[i].num_tokens, &marks, err));
+    if (!marks.marked) {
+      if (first_unmarked < 0) first_unmarked = i;
+      continue;
+    }
+    if (first_marked < 0) first_marked = i;
+    int64_t *grown = realloc(loader->examples, sizeof(int64_t) * 4 * (size_t)(loader->n_examples + marks.examples + 1));
+    if (!grown) {
+      mtf_seq2seq_marks_free(&marks);
+      return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for the seq2seq marks of '%s'", loader->opts.data);
+    }
+    loader->examples = grown;
+    for (int64_t e = 0; e < marks.examples; e++) {
+      int64_t *row = loader->examples + 4 * loader->n_examples++;
+      row[0] = i;
+      memcpy(row + 1, marks.spans + 3 * e, 3 * sizeof(int64_t));
+    }
+    mtf_seq2seq_marks_free(&marks);
+  }
+  if (first_marked >= 0 && first_unmarked >= 0)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "data '%s' mixes shards with seq2seq marks ('%s') and without ('%s'): an encoder-decoder "
+                         "trains on marked examples or on the prefix task of plain text, not both; use one kind",
+                         loader->opts.data, data->paths[first_marked], data->paths[first_unmarked]);
+  loader->marked = first_marked >= 0;
+  return MTF_OK;
+}
+
 /* Everything in open that a single rank can check or fail at. */
 static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const mtf_shape *mesh,
                       const mtf_layout_rules *rules, int mesh_rank, mtf_error *err) {
@@ -191,14 +268,19 @@ static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const 
 
   MTF_CHECK(mtf_dataset_open(opts->data, opts->length, &loader->dataset, err));
   mtf_dataset *data = &loader->dataset;
-  if (data->windows < opts->batch_size)
+  if (opts->seq2seq) {
+    loader->row_tokens = 4 * opts->length;
+    MTF_CHECK(open_seq2seq(loader, err));
+  }
+  int64_t windows = loader->marked ? loader->n_examples : data->windows;
+  if (windows < opts->batch_size)
     return mtf_error_set(err, MTF_ERR_INVALID,
-                         "data '%s' holds %lld windows of %lld tokens in %d shards, fewer than one batch of %lld: "
+                         "data '%s' holds %lld %s in %d shards, fewer than one batch of %lld: "
                          "add data, or use a smaller batch or a shorter sequence length",
-                         opts->data, (long long)data->windows, (long long)loader->row_tokens, data->count,
-                         (long long)opts->batch_size);
+                         opts->data, (long long)windows, loader->marked ? "seq2seq examples" : "windows",
+                         data->count, (long long)opts->batch_size);
   loader->vocab_limit = opts->vocab_limit > 0 ? opts->vocab_limit : (data->max_vocab_size > 0 ? data->max_vocab_size : 0);
-  loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, data->windows};
+  loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, windows};
 
   loader->shards = calloc((size_t)data->count, sizeof(mtf_shard));
   loader->last_used = calloc((size_t)data->count, sizeof(int64_t));
@@ -236,10 +318,12 @@ int mtf_loader_open(const mtf_loader_options *opts, const mtf_shape *mesh, const
 
 int64_t mtf_loader_local_batch(const mtf_loader *loader) { return loader->local_batch; }
 int64_t mtf_loader_row_offset(const mtf_loader *loader) { return loader->row_offset; }
-int64_t mtf_loader_windows(const mtf_loader *loader) { return loader->dataset.windows; }
+int64_t mtf_loader_windows(const mtf_loader *loader) { return loader->cursor.windows; }
 int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader) {
-  return loader->dataset.windows / loader->opts.batch_size;
+  return loader->cursor.windows / loader->opts.batch_size;
 }
+int64_t mtf_loader_row_ints(const mtf_loader *loader) { return loader->row_tokens; }
+int mtf_loader_examples_marked(const mtf_loader *loader) { return loader->marked; }
 
 int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   if (loader->failed) {
@@ -294,6 +378,22 @@ void mtf_loader_split(const mtf_loader *loader, const int32_t *rows, int32_t *in
   }
 }
 
+void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *rows, const mtf_loader_batch *batch) {
+  if (!loader->opts.seq2seq) {
+    mtf_loader_split(loader, rows, batch->tokens, batch->targets);
+    return;
+  }
+  int64_t T = loader->opts.length;
+  size_t bytes = sizeof(int32_t) * (size_t)T;
+  for (int64_t r = 0; r < loader->local_batch; r++) {
+    const int32_t *row = rows + r * loader->row_tokens;
+    memcpy(batch->encoder_tokens + r * T, row, bytes);
+    memcpy(batch->tokens + r * T, row + T, bytes);
+    memcpy(batch->targets + r * T, row + 2 * T, bytes);
+    memcpy(batch->loss_weights + r * T, row + 3 * T, bytes);
+  }
+}
+
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader) { return loader->cursor; }
 
 int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, mtf_error *err) {
@@ -301,7 +401,7 @@ int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, m
     if (err) *err = loader->failure;
     return loader->failure.code;
   }
-  int64_t windows = loader->dataset.windows, batch = loader->opts.batch_size;
+  int64_t windows = loader->cursor.windows, batch = loader->opts.batch_size;
   if (cursor->windows != windows)
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "the saved data cursor is for a dataset of %lld windows, but '%s' with length %lld has "
@@ -334,6 +434,8 @@ void mtf_loader_close(mtf_loader *loader) {
   free(loader->slots);
   free(loader->shards);
   free(loader->last_used);
+  free(loader->examples);
+  free(loader->scratch);
   mtf_dataset_close(&loader->dataset);
   pthread_mutex_destroy(&loader->mutex);
   pthread_cond_destroy(&loader->changed);
