@@ -1,5 +1,7 @@
 #include "model/transformer.h"
 
+#include "model/attention_block.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,102 +62,20 @@ static mtf_tensor norm(builder *b, mtf_tensor x, const char *prefix) {
 
 static mtf_tensor dropout(builder *b, mtf_tensor x) { return mtf_dropout(b->g, x, b->dropout, b->dropout_key++); }
 
-/* A layer's key or value cache (transient: not model state, never checkpointed), shared by every build of
- * the graph. */
-static mtf_tensor cache_variable(builder *b, const char *prefix, const char *which, int64_t batch) {
-  char name[96];
-  snprintf(name, sizeof name, "%s/cache_%s", prefix, which);
-  mtf_tensor v = mtf_find_variable(b->g, name);
-  if (v != MTF_NO_TENSOR) return v;
-  mtf_shape shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld,d_kv:%lld", (long long)batch,
-                             (long long)b->m->heads, (long long)b->m->length, (long long)b->m->d_kv);
-  return mtf_transient_variable(b->g, name, &shape);
-}
+static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale);
 
-/* PREFILL: the prompt's keys or values [batch, memory_length, heads, d_kv] become the cache. */
-static void cache_fill(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
-  mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  mtf_tensor reordered = mtf_einsum(b->g, 1, &kv, mtf_tensor_shape(b->g, cache));
-  if (mtf_assign(b->g, cache, reordered) == MTF_OK) b->t->n_assigns++;
-}
-
-/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position along memory_length
- * (write_at: assigned back to the cache variable, it writes in place, one row per (batch, head), not a pass
- * over the cache). Returns the updated cache, which attention reads. */
-static mtf_tensor cache_write(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
-  mtf_graph *g = b->g;
-  mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  mtf_tensor updated = mtf_write_at(g, cache, kv, b->t->positions, "memory_length");
-  if (mtf_assign(g, cache, updated) == MTF_OK) b->t->n_assigns++;
-  return updated;
-}
-
-/* DECODE: attention of each row's one new token over its cache prefix (memory positions <= its position);
- * the same function as the training path's row at that position. Returns [batch, d_model]. */
-static mtf_tensor decode_attention(builder *b, mtf_tensor h, const mtf_tensor w[4], const char *prefix,
-                                   int64_t batch) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  mtf_shape bhd = shape_of("batch:%lld,heads:%lld,d_kv:%lld", (long long)batch, (long long)m->heads,
-                           (long long)m->d_kv);
-  mtf_shape scores_shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld", (long long)batch,
-                                    (long long)m->heads, (long long)m->length);
-  mtf_shape out_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
-  mtf_tensor q = mtf_einsum2(g, h, w[0], &bhd);
-  mtf_tensor k = cache_write(b, prefix, "k", mtf_einsum2(g, h, w[1], &bhd), batch);
-  mtf_tensor v = cache_write(b, prefix, "v", mtf_einsum2(g, h, w[2], &bhd), batch);
-  mtf_tensor scores = mtf_masked_fill(g, mtf_einsum2(g, q, k, &scores_shape), b->attend, -1e9f);
-  mtf_tensor o = mtf_einsum2(g, mtf_softmax(g, scores, "memory_length"), v, &bhd);
-  return mtf_einsum2(g, o, w[3], &out_shape);
-}
-
+/* Norm, the attention block (model/attention_block.h), dropout, residual. */
 static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  char prefix[64], name[96];
+  char prefix[64];
   snprintf(prefix, sizeof prefix, "layer_%03d/attn", layer);
   mtf_tensor h = norm(b, x, prefix);
-  mtf_shape w_shape = shape_of("d_model:%lld,heads:%lld,d_kv:%lld", (long long)m->d_model, (long long)m->heads,
-                               (long long)m->d_kv);
-  mtf_shape o_shape = shape_of("heads:%lld,d_kv:%lld,d_model:%lld", (long long)m->heads, (long long)m->d_kv,
-                               (long long)m->d_model);
-  float in_scale = 1.0f / sqrtf((float)m->d_model);
-  snprintf(name, sizeof name, "%s/wq", prefix);
-  mtf_tensor wq = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale / sqrtf((float)m->d_kv));
-  snprintf(name, sizeof name, "%s/wk", prefix);
-  mtf_tensor wk = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale);
-  snprintf(name, sizeof name, "%s/wv", prefix);
-  mtf_tensor wv = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale);
-  snprintf(name, sizeof name, "%s/wo", prefix);
-  mtf_tensor wo = param(b, name, &o_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)(m->heads * m->d_kv)));
-  if (b->mode == MTF_MODE_DECODE) {
-    const mtf_tensor w[4] = {wq, wk, wv, wo};
-    return mtf_add(g, x, decode_attention(b, h, w, prefix, activations->dims[0].size));
-  }
-
-  mtf_shape qkv = shape_of("batch:%lld,length:%lld,heads:%lld,d_kv:%lld", (long long)activations->dims[0].size,
-                           (long long)m->length, (long long)m->heads, (long long)m->d_kv);
-  mtf_tensor q = mtf_einsum2(g, h, wq, &qkv);
-  mtf_tensor k = mtf_rename(g, mtf_einsum2(g, h, wk, &qkv), "length", "memory_length");
-  mtf_tensor v = mtf_rename(g, mtf_einsum2(g, h, wv, &qkv), "length", "memory_length");
-  if (b->mode == MTF_MODE_PREFILL) {
-    cache_fill(b, prefix, "k", k, activations->dims[0].size);
-    cache_fill(b, prefix, "v", v, activations->dims[0].size);
-  }
-  mtf_tensor o;
-  if (m->fused_attention) {
-    /* The same function, dropout mask included (the same key), without the [batch, heads, length,
-     * memory_length] tensors; the scores' scale is in wq's initialisation. */
-    o = mtf_causal_attention(g, q, k, v, "length", "memory_length", "d_kv", 1.0f, b->dropout, b->dropout_key++);
-  } else {
-    mtf_shape logits_shape = shape_of("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
-                                      (long long)activations->dims[0].size, (long long)m->heads, (long long)m->length,
-                                      (long long)m->length);
-    mtf_tensor logits = mtf_causal_mask(g, mtf_einsum2(g, q, k, &logits_shape), "length", "memory_length");
-    mtf_tensor weights = dropout(b, mtf_softmax(g, logits, "memory_length"));
-    o = mtf_einsum2(g, weights, v, &qkv);
-  }
-  return mtf_add(g, x, dropout(b, mtf_einsum2(g, o, wo, activations)));
+  mtf_attention_env env = {.g = b->g, .model = b->m, .param = moe_param, .param_ctx = b, .mode = b->mode,
+                           .batch = activations->dims[0].size, .dropout = b->dropout,
+                           .dropout_key = &b->dropout_key, .n_assigns = &b->t->n_assigns,
+                           .positions = b->t->positions, .attend = b->attend};
+  mtf_attention_options options = mtf_attention_defaults();
+  mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
+  return mtf_add(b->g, x, b->mode == MTF_MODE_DECODE ? out : dropout(b, out));
 }
 
 static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
