@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include "model/attention_block.h"
+#include "model/encoder_decoder.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -159,6 +160,8 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
                                mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
   memset(out, 0, sizeof *out);
   out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
+  out->encoder_tokens = out->loss_weights = out->exact_rows = MTF_NO_TENSOR;
+  if (mtf_is_encoder_decoder(m)) return mtf_encoder_decoder_build(g, m, batch, dropout_rate, mode, out, err);
   out->first_assign = mtf_graph_num_assigns(g);
   builder b = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000, .mode = mode};
   int64_t length = mode == MTF_MODE_DECODE ? 1 : m->length;
@@ -253,5 +256,8 @@ int mtf_activation_is_gated(const char *activation) {
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {
   double active = (double)(param_count - mtf_moe_inactive_params(m)); /* an MoE token uses k experts of each layer */
-  return 6.0 * active + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
+  /* Attention layers: the decoder-only model's; the encoder's, the decoder's and its cross-attention. */
+  double attention_layers = mtf_is_encoder_decoder(m)
+                                ? (double)(mtf_encoder_layers(m) + 2 * mtf_decoder_layers(m)) : (double)m->layers;
+  return 6.0 * active + 12.0 * attention_layers * (double)m->length * (double)(m->heads * m->d_kv);
 }

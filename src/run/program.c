@@ -112,9 +112,12 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
   dropless.moe.dropless = 1;
   if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &eval_model, rows, 0.0f, &p->eval_model, err);
-  if (rc == MTF_OK)
-    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,
+  if (rc == MTF_OK) {
+    const mtf_tensor eval_fetches[2] = {p->eval_model.token_loss, p->eval_model.exact_rows};
+    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank,
+                                         p->eval_model.exact_rows != MTF_NO_TENSOR ? 2 : 1, eval_fetches,
                                          &p->eval_plan, err);
+  }
   if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
     rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
     if (rc == MTF_OK)
@@ -177,10 +180,12 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
   m->eval_arena = arena(p->eval_plan) + arena(p->dropless_plan);
   /* Each session stores the inputs its plan reads (int32 and float are both 4 bytes). */
   const mtf_tensor train_inputs[] = {p->train_model.tokens, p->train_model.targets, p->learning_rate, p->step,
-                                     p->accumulate};
+                                     p->accumulate, p->train_model.encoder_tokens, p->train_model.loss_weights};
   for (size_t i = 0; i < sizeof train_inputs / sizeof train_inputs[0]; i++)
     m->inputs += slice_bytes(p->train_plan, train_inputs[i]) + slice_bytes(p->apply_plan, train_inputs[i]);
-  m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets);
+  m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets) +
+               slice_bytes(p->eval_plan, p->eval_model.encoder_tokens) +
+               slice_bytes(p->eval_plan, p->eval_model.loss_weights);
   m->inputs += slice_bytes(p->dropless_plan, p->dropless_model.tokens) +
                slice_bytes(p->dropless_plan, p->dropless_model.targets);
   /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole
@@ -189,6 +194,11 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
                        cfg->model.length * p->microbatches;
   int64_t row_bytes = (cfg->model.length + 1) * (int64_t)sizeof(int32_t);
   m->host = batch_rows * row_bytes * (3 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
+  /* An encoder-decoder's rows are 4 T values (encoder input, decoder input, targets, weights), split into
+   * four arrays of T. */
+  if (p->train_model.encoder_tokens != MTF_NO_TENSOR)
+    m->host = batch_rows * 4 * cfg->model.length * (int64_t)sizeof(int32_t) *
+              (2 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
   m->runtime = RUNTIME_BYTES;
   m->allreduce_scratch = allreduce_block(p->train_plan);
   if (allreduce_block(p->apply_plan) > m->allreduce_scratch) m->allreduce_scratch = allreduce_block(p->apply_plan);
