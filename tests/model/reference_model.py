@@ -94,6 +94,10 @@ def main(checkpoint, shards):
     model = config["model"]
     if model.get("moe.experts", 0):
         sys.exit("reference_model.py: mixture-of-experts layers are not implemented here")
+    if model.get("architecture", "decoder") == "encoder_decoder":
+        import reference_encoder_decoder  # beside this file, on sys.path as the script's directory
+        print(json.dumps(reference_encoder_decoder.losses(config, p, shards)))
+        return
     rows = windows(shards, model["length"])
     logits = logits_of(model, p, rows[:, :-1])
     targets = rows[:, 1:]
