@@ -8,11 +8,15 @@
  *   unless options.bidirectional, causally (memory position <= query position)
  *   -> softmax over memory_length -> dropout -> weights . v -> o wo [batch, length, d_model].
  *
- * Variables: <prefix>/{wq, wk, wv, wo} (the caller's prefix, e.g. layer_003/attn). The scores' 1/sqrt(d_kv)
- * is in wq's initialisation. Caches: transient <prefix>/cache_{k,v} [batch, heads, memory_length, d_kv].
+ * Variables: <prefix>/{wq [d_model, heads, d_kv], wk, wv [d_model, kv_heads, d_kv], wo [heads, d_kv, d_model]}
+ * (the caller's prefix, e.g. layer_003/attn); with model.kv_heads = heads the K/V dimension is named heads
+ * (the variables of earlier versions), else kv_heads, and query head h reads K/V head h / (heads /
+ * kv_heads) (expand_heads). The scores' 1/sqrt(d_kv) is in wq's initialisation. Caches: transient
+ * <prefix>/cache_{k,v} [batch, kv_heads, memory_length, d_kv] (kv heads only: the point of multi-query).
  *
  * Calling it (h-encdec, h-packed): fill an mtf_attention_options with mtf_attention_defaults() and set
  *   bidirectional = 1        encoder self-attention (no causal mask);
+ *   rotary = 1               model.position rotary: q and k rotated by their positions (DECODE: the row's);
  *   memory, memory_dim       cross-attention: keys and values from this tensor (e.g. the encoder output
  *                            [batch, <memory_dim>, d_model]; memory_dim is renamed to memory_length); no
  *                            cache is kept for it (recomputed in DECODE);
@@ -45,6 +49,7 @@ typedef struct mtf_attention_env {
 
 typedef struct mtf_attention_options {
   int bidirectional;      /* 0: causal self-attention (the decoder) */
+  int rotary;             /* rotate q and k by their positions (model/position.h; self-attention only) */
   mtf_tensor memory;      /* MTF_NO_TENSOR: self-attention over h */
   const char *memory_dim; /* memory's dimension that becomes memory_length (with memory) */
   mtf_tensor bias;        /* MTF_NO_TENSOR or added to the logits */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/attention_block.h"
+#include "model/position.h"
 
 typedef struct builder {
   mtf_graph *g;
@@ -110,20 +111,46 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, const char *prefix) {
   return mtf_add(g, x, dropout(b, mtf_einsum2(g, dropout(b, act), wo, &b->activations)));
 }
 
-/* Token embedding plus the stack's learned positions <stack>/embed/wpe, with dropout. */
+/* Token embedding plus, with model.position learned, the stack's positions <stack>/embed/wpe; dropout. */
 static mtf_tensor embed(builder *b, mtf_tensor wte, mtf_tensor tokens, const char *stack) {
   char name[96];
-  mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)b->m->length, (long long)b->m->d_model);
-  snprintf(name, sizeof name, "%s/embed/wpe", stack);
-  mtf_tensor wpe = param(b, name, &positions, MTF_INIT_NORMAL, 0.1f);
-  return dropout(b, mtf_add(b->g, mtf_gather(b->g, wte, tokens, "vocab"), wpe));
+  mtf_tensor x = mtf_gather(b->g, wte, tokens, "vocab");
+  if (strcmp(b->m->position, "learned") == 0) {
+    mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)b->m->length, (long long)b->m->d_model);
+    snprintf(name, sizeof name, "%s/embed/wpe", stack);
+    x = mtf_add(b->g, x, param(b, name, &positions, MTF_INIT_NORMAL, 0.1f));
+  }
+  return dropout(b, x);
+}
+
+/* The self-attention options of a stack: bidirectional (encoder) or causal; with model.position
+ * relative_bias, T5's table <stack>/relative_bias [heads, relative_buckets], one per stack shared by its
+ * layers, looked up at each (query, memory) pair's memory - query position (model/position.h); with
+ * rotary, rotated queries and keys. */
+static mtf_attention_options self_attention(builder *b, const char *stack, int bidirectional) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  mtf_attention_options options = mtf_attention_defaults();
+  options.bidirectional = bidirectional;
+  options.rotary = strcmp(m->position, "rotary") == 0;
+  if (strcmp(m->position, "relative_bias") == 0) {
+    char name[96];
+    snprintf(name, sizeof name, "%s/relative_bias", stack);
+    mtf_shape table_shape = shape_of("heads:%lld,relative_buckets:%lld", (long long)m->heads,
+                                     (long long)m->relative_num_buckets);
+    mtf_tensor table = param(b, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
+    mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
+    mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), mtf_range(g, &query));
+    options.bias = mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets,
+                                     m->relative_max_distance, m->length - 1);
+  }
+  return options;
 }
 
 static mtf_tensor encoder(builder *b, mtf_tensor wte) {
   mtf_graph *g = b->g;
   mtf_tensor x = embed(b, wte, b->t->encoder_tokens, "encoder");
-  mtf_attention_options self = mtf_attention_defaults();
-  self.bidirectional = 1;
+  mtf_attention_options self = self_attention(b, "encoder", 1);
   char prefix[96];
   for (int64_t layer = 0; layer < mtf_encoder_layers(b->m); layer++) {
     mtf_recompute_begin(g);
@@ -139,8 +166,8 @@ static mtf_tensor encoder(builder *b, mtf_tensor wte) {
 static mtf_tensor decoder(builder *b, mtf_tensor wte, mtf_tensor memory) {
   mtf_graph *g = b->g;
   mtf_tensor x = embed(b, wte, b->t->tokens, "decoder");
-  mtf_attention_options self = mtf_attention_defaults(), cross = mtf_attention_defaults();
-  cross.bidirectional = 1; /* every answer position sees the whole prompt */
+  mtf_attention_options self = self_attention(b, "decoder", 0), cross = mtf_attention_defaults();
+  cross.bidirectional = 1; /* every answer position sees the whole prompt; no position signal (T5) */
   cross.memory = memory;
   cross.memory_dim = "length";
   char prefix[96];

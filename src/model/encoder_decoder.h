@@ -14,8 +14,14 @@
  * padding) weigh each position's cross-entropy (and z-loss, label smoothing), and the sum is divided by the
  * sum of the weights (at least 1). Encoder and decoder both have model.length positions.
  *
+ * model.position: learned adds <stack>/embed/wpe at the embedding; relative_bias gives each stack one T5
+ * table <stack>/relative_bias [heads, relative_buckets] shared by its layers' self-attention
+ * (bidirectional buckets in the encoder, causal in the decoder); rotary rotates the self-attentions'
+ * queries and keys; cross-attention has no position signal.
+ *
  * Variables: embed/wte (shared by encoder, decoder and the tied output; with model.shared_embeddings
- * false the encoder has encoder/embed/wte), encoder/embed/wpe, decoder/embed/wpe,
+ * false the encoder has encoder/embed/wte), encoder/embed/wpe, decoder/embed/wpe (learned positions),
+ * encoder/relative_bias, decoder/relative_bias (relative_bias),
  * encoder/layer_NNN/{attn, mlp}/..., decoder/layer_NNN/{attn, cross_attn, mlp}/... (attn and cross_attn:
  * norm_scale, norm_bias, wq, wk, wv, wo; mlp: norm_scale, norm_bias, wi or wi_0 and wi_1, wo),
  * encoder/final/{norm_scale, norm_bias}, decoder/final/{norm_scale, norm_bias}, unembed/w (untied).

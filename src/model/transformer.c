@@ -2,6 +2,7 @@
 
 #include "model/attention_block.h"
 #include "model/encoder_decoder.h"
+#include "model/position.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@ typedef struct builder {
   /* DECODE: each row's position as one-hot [batch, memory_length] and the memory positions it may attend
    * to (<= its position) [memory_length, batch]. */
   mtf_tensor position_hot, attend;
+  mtf_tensor relative_bias; /* model.position relative_bias: the stack's bias on the logits (else none) */
 } builder;
 
 static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -75,6 +77,8 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
                            .dropout_key = &b->dropout_key, .n_assigns = &b->t->n_assigns,
                            .positions = b->t->positions, .attend = b->attend};
   mtf_attention_options options = mtf_attention_defaults();
+  options.rotary = strcmp(b->m->position, "rotary") == 0;
+  options.bias = b->relative_bias;
   mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
   return mtf_add(b->g, x, b->mode == MTF_MODE_DECODE ? out : dropout(b, out));
 }
@@ -148,7 +152,27 @@ static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_t
   b->position_hot = mtf_one_hot(g, b->t->positions, &memory);
   mtf_tensor position = mtf_reduce_sum(g, mtf_multiply(g, b->position_hot, memory_index), &rows);
   b->attend = mtf_less_equal(g, memory_index, position);
-  return mtf_add(g, mtf_gather(g, wte, b->t->tokens, "vocab"), mtf_gather(g, wpe, b->t->positions, "length"));
+  mtf_tensor x = mtf_gather(g, wte, b->t->tokens, "vocab");
+  return wpe == MTF_NO_TENSOR ? x : mtf_add(g, x, mtf_gather(g, wpe, b->t->positions, "length"));
+}
+
+/* model.position relative_bias: T5 shares one table [heads, relative_buckets] across the layers of a stack
+ * (relative_bias/decoder) and adds its lookup at each (query, memory) pair's relative position to every
+ * layer's logits: [heads, memory_length, length], or in DECODE [heads, memory_length, batch] at each row's
+ * position. */
+static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  char name[96];
+  snprintf(name, sizeof name, "relative_bias/%s", stack);
+  mtf_shape table_shape = shape_of("heads:%lld,relative_buckets:%lld", (long long)m->heads,
+                                   (long long)m->relative_num_buckets);
+  mtf_tensor table = param(b, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
+  mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
+  mtf_tensor query_position = b->mode == MTF_MODE_DECODE ? mtf_to_float(g, b->t->positions) : mtf_range(g, &query);
+  mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), query_position);
+  return mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets, m->relative_max_distance,
+                           m->length - 1);
 }
 
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
@@ -185,9 +209,17 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     out->positions = mtf_input_int(g, "prefill_last", &rows);
   }
   mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
-  mtf_tensor wpe = param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
-  mtf_tensor x = mode == MTF_MODE_DECODE ? decode_inputs(&b, batch, wte, wpe)
-                                         : dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));
+  /* The learned position embedding exists only for model.position learned (model/position.h: the others). */
+  int learned = strcmp(m->position, "learned") == 0;
+  mtf_tensor wpe = learned ? param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f) : MTF_NO_TENSOR;
+  mtf_tensor x;
+  if (mode == MTF_MODE_DECODE) {
+    x = decode_inputs(&b, batch, wte, wpe);
+  } else {
+    x = mtf_gather(g, wte, out->tokens, "vocab");
+    x = dropout(&b, learned ? mtf_add(g, x, wpe) : x);
+  }
+  b.relative_bias = strcmp(m->position, "relative_bias") == 0 ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
   /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
    * its input x in the backward pass (mtf_gradients_recompute); otherwise the marks change nothing. */
   for (int layer = 0; layer < m->layers; layer++) {
