@@ -14,8 +14,10 @@
  * With model.moe.experts > 0, every model.moe.every-th layer's feed-forward is a mixture of experts
  * (model/moe.h), layer_NNN/moe/{norm_scale, norm_bias, router, wi, wo}, and the loss adds each MoE layer's
  * load-balancing and router z-losses times model.moe.aux_loss and model.moe.router_z_loss.
- * With model.architecture: encoder_decoder the build is model/encoder_decoder.h's (its variables are named
- * encoder/..., decoder/... there). */
+ * With model.architecture: encoder_decoder the build is model/encoder_decoder.h's, variables embed/wte
+ * (shared; encoder/embed/wte with model.shared_embeddings false), {encoder, decoder}/embed/wpe (learned
+ * positions) or {encoder, decoder}/relative_bias (relative_bias), encoder/layer_NNN/{attn, mlp}/...,
+ * decoder/layer_NNN/{attn, cross_attn, mlp}/..., {encoder, decoder}/final/..., unembed/w. */
 #ifndef MTF_MODEL_TRANSFORMER_H
 #define MTF_MODEL_TRANSFORMER_H
 
