@@ -4,7 +4,9 @@
 # (the val split, another random stream: 31 batches of 32 = 992 of its 1000 examples) exactly right, by
 # teacher-forced argmax: every answer token (the 6 letters and the end-of-text) is the argmax of its
 # logits given the true previous answer tokens (what `mtf eval` reports as exact_match for an
-# encoder-decoder).
+# encoder-decoder). For exact match this is the same number as greedy decoding's: a row whose every answer
+# token is the argmax given the true previous tokens decodes greedily to exactly those tokens (each step
+# sees the true prefix), and a row decoded right saw the true prefix at every step.
 # usage: reverse_learned.sh MTF MPIEXEC CONFIG WORK
 set -euo pipefail
 mtf=$1 mpiexec=$2 config=$3 work=$4
