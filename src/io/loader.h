@@ -64,7 +64,7 @@ int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader);
  * prompt, the decoder target the answer (its end-of-text included), the decoder input the answer shifted
  * right behind a start token (the end-of-text id), each cut to T tokens and padded with id 0; the loss
  * weights are 1 on the answer's tokens, 0 on padding. When no shard is marked, the windows are those of
- * T + 1 tokens as always, as a prefix task: the first T / 2 tokens are the prompt, the other T / 2 + 1 the
+ * T + 1 tokens as always, as a prefix task: the first T / 2 tokens (rounded down) are the prompt, the rest the
  * answer. Some shards marked and some not is an error. */
 
 /* int32 values per row that mtf_loader_next writes: T + 1, or 4 T with seq2seq. */

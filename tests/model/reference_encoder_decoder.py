@@ -6,7 +6,7 @@ answer_start, end) gives one row per example: the encoder input is the prompt to
 the targets the answer tokens[answer_start:end], the decoder input the start token (the end-of-text id)
 followed by the answer without its last token; each cut to T and padded with 0; weights 1 on the answer's
 tokens. Unmarked shards: windows of T + 1 tokens (the decoder-only rule), prompt the first T/2 tokens,
-answer the other T/2 + 1.
+answer the other T + 1 - T/2 (T/2 rounded down).
 
 Model: bidirectional encoder self-attention, causal decoder self-attention, cross-attention (queries from
 the decoder, keys/values from the encoder's final normed output, no mask, no position bias); positions
