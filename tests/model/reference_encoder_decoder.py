@@ -11,7 +11,8 @@ answer the other T + 1 - T/2 (T/2 rounded down).
 Model: bidirectional encoder self-attention, causal decoder self-attention, cross-attention (queries from
 the decoder, keys/values from the encoder's final normed output, no mask, no position bias); positions
 learned per stack (encoder/embed/wpe, decoder/embed/wpe), or a T5 relative bias table per stack
-(encoder/relative_bias bidirectional, decoder/relative_bias causal) shared by the stack's layers; loss
+(encoder/relative_bias bidirectional, decoder/relative_bias causal) shared by the stack's layers, or
+rotary queries and keys in the self-attentions (README "Attention options"), or none; loss
 = sum(weights * per-token loss) / max(sum(weights), 1)."""
 import math
 
@@ -44,36 +45,21 @@ def rows_of(paths, length):
     return [torch.tensor(np.stack(x)) for x in (encoder, decoder, targets, weights)]
 
 
-def bucket(relative, bidirectional, num_buckets, max_distance):
-    """T5's relative position bucket of relative = memory - query."""
-    n, ret = -relative, 0
-    if bidirectional:
-        num_buckets //= 2
-        if n < 0:
-            ret += num_buckets
-        n = abs(n)
-    else:
-        n = max(n, 0)
-    max_exact = num_buckets // 2
-    if n < max_exact:
-        return ret + n
-    large = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact))
-    return ret + min(large, num_buckets - 1)
-
-
 def relative_bias(model, p, name, bidirectional, length):
     """[heads, query, memory] bias of the stack's table."""
     table = p[name]
-    index = torch.tensor([[bucket(m - q, bidirectional, model["relative_num_buckets"], model["relative_max_distance"])
-                           for m in range(length)] for q in range(length)])
+    index = torch.tensor([[ref.t5_bucket(m - q, bidirectional, model["relative_num_buckets"],
+                                         model["relative_max_distance"]) for m in range(length)] for q in range(length)])
     return table[:, index]
 
 
-def attend(model, p, prefix, h, memory, causal, bias):
+def attend(model, p, prefix, h, memory, causal, bias, rotary=False):
     kv_heads = model.get("kv_heads", 0) or model["heads"]
     q = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wq"])  # the scale 1/sqrt(d_kv) is in wq
     k = torch.einsum("bld,dhk->bhlk", memory, p[prefix + "/wk"])
     v = torch.einsum("bld,dhk->bhlk", memory, p[prefix + "/wv"])
+    if rotary:  # self-attention only: queries and keys rotated by their positions
+        q, k = ref.rotary(q), ref.rotary(k)
     group = model["heads"] // kv_heads  # query head i reads key/value head i // group
     k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
     scores = q @ k.transpose(-1, -2)
@@ -96,7 +82,7 @@ def stack(model, p, name, x, layers, memory):
     for layer in range(layers):
         prefix = "%s/layer_%03d/" % (name, layer)
         x = x + attend(model, p, prefix + "attn", ref.norm(x, p, prefix + "attn", model["norm"]),
-                       ref.norm(x, p, prefix + "attn", model["norm"]), memory is not None, bias)
+                       ref.norm(x, p, prefix + "attn", model["norm"]), memory is not None, bias, position == "rotary")
         if memory is not None:
             h = ref.norm(x, p, prefix + "cross_attn", model["norm"])
             x = x + attend(model, p, prefix + "cross_attn", h, memory, False, None)
