@@ -34,6 +34,10 @@ typedef struct mtf_model_config {
     int dropless;                   /* capacity for every token (no drops) in training too */
   } moe;
   double label_smoothing;           /* train.label_smoothing: set here because the model builds the loss */
+  /* data.pack (none | eot | segments) and train.loss_skip_document_start: set here because the model
+   * builds the segment inputs, the attention mask and the loss from them (model/segments.h). */
+  char pack[MTF_CONFIG_TEXT];
+  int loss_skip_document_start;
 } mtf_model_config;
 
 typedef struct mtf_train_config {

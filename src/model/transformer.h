@@ -45,6 +45,11 @@ typedef struct mtf_transformer {
    * [first_assign, first_assign + n_assigns) (mtf_plan_create_with_assigns). */
   mtf_tensor positions, next_logits;
   int first_assign, n_assigns;
+  /* TRAIN with data.pack (model/segments.h; MTF_NO_TENSOR otherwise): the int32 inputs [batch, length] of
+   * the tokens' and targets' segments and the tokens' positions in their documents, and the scalars
+   * loss_sum (cross-entropy summed over counted positions) and loss_count (positions counted); token_loss
+   * is loss_sum / max(loss_count, 1). */
+  mtf_tensor segments, target_segments, segment_positions, loss_sum, loss_count;
 } mtf_transformer;
 
 /* Builds into g. `dropout` overrides the config's rate (0 in eval); `batch` is the global batch. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "run/packed_rows.h"
 #include "run/train.h"
 
 int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *tokens, mtf_error *err) {
@@ -15,14 +16,20 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
           *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
-  double sum = 0, dropless_sum = 0;
-  int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
-  rc = mtf_comm_agree(st->comm, rc, err);
+  double sum = 0, dropless_sum = 0, counted_sum = 0, counted = 0;
   const mtf_transformer *model = &st->program.eval_model;
+  /* Packed sequences: the loss is the sum over the tokens the loss counts, over all batches, divided by
+   * their number (not a mean of batch means: batches count different numbers of tokens). */
+  int packed_model = model->loss_count != MTF_NO_TENSOR;
+  mtf_packed_rows packed;
+  int rc = mtf_packed_rows_alloc(&packed, packed_model, rows * length, err);
+  if (rc == MTF_OK && (!raw || !inputs || !targets)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory");
+  rc = mtf_comm_agree(st->comm, rc, err);
   for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
     rc = mtf_loader_next(loader, raw, err);
     if (rc) break;
     mtf_loader_split(loader, raw, inputs, targets);
+    mtf_packed_rows_fill(&packed, loader);
     /* The evaluation model is built for batch / microbatches rows: this rank's rows in as many runs. */
     int N = st->program.microbatches;
     int64_t chunk = rows / N * length;
@@ -30,12 +37,22 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
       float value;
       if (mtf_session_set_input_slice_int(st->eval, model->tokens, inputs + m * chunk, err) ||
           mtf_session_set_input_slice_int(st->eval, model->targets, targets + m * chunk, err) ||
-          mtf_session_run(st->eval, err) || mtf_session_fetch(st->eval, model->token_loss, &value, err))
+          mtf_packed_rows_set(st->eval, model, &packed, m * chunk, err) || mtf_session_run(st->eval, err) ||
+          mtf_session_fetch(st->eval, model->token_loss, &value, err))
         mtf_run_abort("evaluation", err);
       sum += value / N;
+      float loss_sum, loss_count;
+      if (packed_model && (mtf_session_fetch(st->eval, model->loss_sum, &loss_sum, err) ||
+                           mtf_session_fetch(st->eval, model->loss_count, &loss_count, err)))
+        mtf_run_abort("evaluation", err);
+      if (packed_model) {
+        counted_sum += loss_sum;
+        counted += loss_count;
+      }
       const mtf_transformer *dm = &st->program.dropless_model;
       if (st->dropless && (mtf_session_set_input_slice_int(st->dropless, dm->tokens, inputs + m * chunk, err) ||
                            mtf_session_set_input_slice_int(st->dropless, dm->targets, targets + m * chunk, err) ||
+                           mtf_packed_rows_set(st->dropless, dm, &packed, m * chunk, err) ||
                            mtf_session_run(st->dropless, err) ||
                            mtf_session_fetch(st->dropless, dm->token_loss, &value, err)))
         mtf_run_abort("evaluation (dropless)", err);
@@ -43,9 +60,9 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
     }
   }
   if (rc == MTF_OK) {
-    *loss = sum / (double)batches;
+    *loss = packed_model ? counted_sum / (counted > 0 ? counted : 1) : sum / (double)batches;
     st->dropless_loss = dropless_sum / (double)batches;
-    *tokens = batches * cfg->train.batch * length;
+    *tokens = packed_model ? (int64_t)counted : batches * cfg->train.batch * length;
     /* A restored checkpoint's parameters are finite (the restore refuses NaN and Inf), so a non-finite
      * loss here comes from the evaluation itself. Agreed, so every rank returns the same. */
     if (!isfinite(*loss))
@@ -58,6 +75,7 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
   free(raw);
   free(inputs);
   free(targets);
+  mtf_packed_rows_free(&packed);
   mtf_loader_close(loader);
   return rc;
 }

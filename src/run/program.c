@@ -181,6 +181,12 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
   for (size_t i = 0; i < sizeof train_inputs / sizeof train_inputs[0]; i++)
     m->inputs += slice_bytes(p->train_plan, train_inputs[i]) + slice_bytes(p->apply_plan, train_inputs[i]);
   m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets);
+  /* Packed sequences: three more int32 inputs of the tokens' shape (data.pack, model/segments.h). */
+  const mtf_tensor segment_inputs[][3] = {
+      {p->train_model.segments, p->train_model.target_segments, p->train_model.segment_positions},
+      {p->eval_model.segments, p->eval_model.target_segments, p->eval_model.segment_positions}};
+  for (int i = 0; i < 3 && p->train_model.segments != MTF_NO_TENSOR; i++)
+    m->inputs += slice_bytes(p->train_plan, segment_inputs[0][i]) + slice_bytes(p->eval_plan, segment_inputs[1][i]);
   m->inputs += slice_bytes(p->dropless_plan, p->dropless_model.tokens) +
                slice_bytes(p->dropless_plan, p->dropless_model.targets);
   /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole

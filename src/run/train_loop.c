@@ -12,6 +12,7 @@
 #include "run/eval.h"
 #include "run/metrics.h"
 #include "run/mfu.h"
+#include "run/packed_rows.h"
 #include "run/setup.h"
 #include "run/signals.h"
 #include "run/train.h"
@@ -99,8 +100,8 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
  * microbatches, microbatch m is the m-th run of rows/N of this rank's rows (mtf_session_set_microbatch
  * numbers them for dropout as rows of the whole batch), its gradients added into the accumulators; then
  * the apply plan updates. A failure here is inside the sessions' collectives, so it ends the job. */
-static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *targets, int64_t rows, int64_t step,
-                       float lr, float *loss, float *grad_norm) {
+static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *targets, const mtf_packed_rows *packed,
+                       int64_t rows, int64_t step, float lr, float *loss, float *grad_norm) {
   mtf_error err;
   float step_value = (float)step;
   const mtf_program *p = &st->program;
@@ -117,7 +118,7 @@ static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *
                    mtf_session_set_input(st->train, p->accumulate, &accumulate, &err))) ||
         mtf_session_set_input_slice_int(st->train, p->train_model.tokens, inputs + m * chunk, &err) ||
         mtf_session_set_input_slice_int(st->train, p->train_model.targets, targets + m * chunk, &err) ||
-        mtf_session_run(st->train, &err) ||
+        mtf_packed_rows_set(st->train, &p->train_model, packed, m * chunk, &err) || mtf_session_run(st->train, &err) ||
         mtf_session_fetch(st->train, p->train_model.loss, &value, &err))
       mtf_run_abort("training step", &err);
     sum += value;
@@ -198,8 +199,10 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
   int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
           *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
-  rc = mtf_comm_agree(st.comm, !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory")
-                                                          : MTF_OK, err);
+  mtf_packed_rows packed;
+  rc = mtf_packed_rows_alloc(&packed, st.program.train_model.segments != MTF_NO_TENSOR, rows * length, err);
+  if (rc == MTF_OK && (!raw || !inputs || !targets)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory");
+  rc = mtf_comm_agree(st.comm, rc, err);
   double window_start = mtf_now_seconds(), window_comm = 0;
   int64_t window_steps = 0;
   int evaluated_last = 0;
@@ -221,9 +224,10 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
     rc = mtf_loader_next(loader, raw, err);
     if (rc) break;
     mtf_loader_split(loader, raw, inputs, targets);
+    mtf_packed_rows_fill(&packed, loader);
     float lr = (float)mtf_schedule_learning_rate(&schedule, step), loss, grad_norm;
     double comm_before = mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0);
-    train_step(&st, inputs, targets, rows, step, lr, &loss, &grad_norm);
+    train_step(&st, inputs, targets, &packed, rows, step, lr, &loss, &grad_norm);
     window_comm += mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0) - comm_before;
     window_steps++;
     if (!isfinite(loss)) {
@@ -265,6 +269,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   free(raw);
   free(inputs);
   free(targets);
+  mtf_packed_rows_free(&packed);
   mtf_loader_close(loader);
   /* A run with nothing left to train (train.steps reached, or 0) still evaluates. */
   if (rc == MTF_OK && cfg->data_eval[0] && !evaluated_last) rc = evaluate_and_print(&st, err);
