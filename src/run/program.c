@@ -112,8 +112,11 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
   dropless.moe.dropless = 1;
   if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &eval_model, rows, 0.0f, &p->eval_model, err);
+  /* Packed sequences: evaluation also fetches the counted loss's sum and count (model/segments.h). */
+  const mtf_tensor eval_fetches[3] = {p->eval_model.token_loss, p->eval_model.loss_sum, p->eval_model.loss_count};
+  int n_eval_fetches = p->eval_model.loss_count != MTF_NO_TENSOR ? 3 : 1;
   if (rc == MTF_OK)
-    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,
+    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches,
                                          &p->eval_plan, err);
   if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
     rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
