@@ -22,8 +22,9 @@ mtf_segment_inputs mtf_segments_build(mtf_graph *g, const mtf_model_config *mode
   s.same_document = mtf_equal(g, query, key);
   mtf_tensor target = mtf_to_float(g, s.target_segments);
   mtf_shape one = {0};
-  /* 1 where the target is a document's token (padding is 0). */
-  s.weights = mtf_greater(g, target, mtf_constant(g, &one, 0.0f));
+  /* 1 where input and target are both a document's tokens (padding is 0). */
+  mtf_tensor zero = mtf_constant(g, &one, 0.0f);
+  s.weights = mtf_multiply(g, mtf_greater(g, target, zero), mtf_greater(g, query, zero));
   if (model->loss_skip_document_start) s.weights = mtf_multiply(g, s.weights, mtf_equal(g, target, query));
   s.count = mtf_reduce_sum(g, s.weights, &scalar);
   return s;

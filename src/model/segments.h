@@ -4,10 +4,10 @@
  *
  * Inputs, int32 [batch, length] like tokens (so every layout shards them as it shards the tokens):
  * `segments` (the input token's document, 0 = padding), `target_segments` (the target token's) and
- * `segment_positions` (the input token's position in its document). A position counts in the loss when its
- * target is not padding and, with train.loss_skip_document_start, when its target is in the input's
- * document (a document's first token, predicted from the previous document, is left out). The loss is the
- * sum over counted positions divided by their number (at least 1). */
+ * `segment_positions` (the input token's position in its document). A position counts in the loss when
+ * neither its input nor its target is padding and, with train.loss_skip_document_start, when its target is
+ * in the input's document (a document's first token, predicted from the previous document, is left out).
+ * The loss is the sum over counted positions divided by their number (at least 1). */
 #ifndef MTF_MODEL_SEGMENTS_H
 #define MTF_MODEL_SEGMENTS_H
 

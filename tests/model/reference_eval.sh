@@ -19,10 +19,13 @@ import sys, h5py, numpy as np
 source, work = sys.argv[1], sys.argv[2]
 with h5py.File(source, "r") as f:
     tokens, attrs = f["tokens"][()], dict(f.attrs)
+    segments = f["segments"][()] if "segments" in f else None  # packed shards (data.pack: segments)
 for name, windows in (("train", 8), ("eval", 32)):
     part = tokens[1000:1000 + windows * 16 + 1]
     with h5py.File(f"{work}/{name}-00000.h5", "w") as g:
         g.create_dataset("tokens", data=part.astype(np.uint16))
+        if segments is not None:
+            g.create_dataset("segments", data=segments[1000:1000 + windows * 16 + 1].astype(np.int32))
         for k, v in attrs.items():
             g.attrs[k] = v
         g.attrs["num_tokens"] = len(part)
