@@ -84,6 +84,7 @@ static mtf_tensor expand_heads(const mtf_attention_env *env, mtf_tensor x) {
   if (m->kv_heads == m->heads) return x;
   mtf_graph *g = env->g;
   const mtf_shape *shape = mtf_tensor_shape(g, x);
+  if (!shape) return x; /* an earlier error, kept in the graph */
   int at = mtf_shape_index_of(shape, "kv_heads");
   if (at < 0) return mtf_add(g, x, MTF_NO_TENSOR);
   mtf_shape wide = *shape;
@@ -111,7 +112,7 @@ static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, c
   int64_t memory_length = m->length;
   if (options->memory != MTF_NO_TENSOR) { /* cross-attention: the memory's keys and values, not cached */
     const mtf_shape *ms = mtf_tensor_shape(g, options->memory);
-    int at = mtf_shape_index_of(ms, options->memory_dim);
+    int at = ms ? mtf_shape_index_of(ms, options->memory_dim) : -1;
     memory_length = at >= 0 ? ms->dims[at].size : 0;
     mtf_shape kv = shape_of("batch:%lld,%s:%lld,%s:%lld,d_kv:%lld", (long long)batch, options->memory_dim,
                             (long long)memory_length, kv_dim(m), (long long)m->kv_heads, (long long)m->d_kv);
@@ -158,6 +159,7 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
     return decode_attention(env, h, w, prefix, options);
   }
 
+  if (!mtf_tensor_shape(g, h)) return h; /* an earlier error, kept in the graph */
   mtf_shape activations = *mtf_tensor_shape(g, h);
   int self = options->memory == MTF_NO_TENSOR;
   mtf_tensor source = self ? h : options->memory;

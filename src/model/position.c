@@ -45,7 +45,11 @@ mtf_tensor mtf_relative_bias(mtf_graph *g, mtf_tensor table, mtf_tensor relative
     int64_t b = mtf_relative_bucket(-distance, 0, half, max_distance);
     for (; previous < b; previous++) bucket = mtf_add(g, bucket, mtf_less_equal(g, scalar(g, (float)distance), n));
   }
-  const mtf_shape *table_shape = mtf_tensor_shape(g, table);
+  /* Shapes are copied: adding nodes may move the graph's storage. */
+  const mtf_shape *table_at = mtf_tensor_shape(g, table), *rel_at = mtf_tensor_shape(g, relative);
+  if (!table_at || !rel_at) return mtf_add(g, table, relative);
+  mtf_shape table_copy = *table_at, rel_copy = *rel_at;
+  const mtf_shape *table_shape = &table_copy, *rel_shape = &rel_copy;
   int bucket_axis = mtf_shape_index_of(table_shape, "relative_buckets");
   if (bucket_axis < 0) return mtf_add(g, table, MTF_NO_TENSOR); /* keeps the graph's error path */
   mtf_tensor one_hot = mtf_one_hot(g, bucket, &table_shape->dims[bucket_axis]);
@@ -53,13 +57,15 @@ mtf_tensor mtf_relative_bias(mtf_graph *g, mtf_tensor table, mtf_tensor relative
   memset(&out, 0, sizeof out);
   for (int d = 0; d < table_shape->rank; d++)
     if (d != bucket_axis) out.dims[out.rank++] = table_shape->dims[d];
-  const mtf_shape *rel_shape = mtf_tensor_shape(g, relative);
   for (int d = 0; d < rel_shape->rank; d++) out.dims[out.rank++] = rel_shape->dims[d];
   return mtf_einsum2(g, table, one_hot, &out);
 }
 
 mtf_tensor mtf_rotary(mtf_graph *g, mtf_tensor x, mtf_tensor positions, const char *depth_dim) {
-  const mtf_shape *shape = mtf_tensor_shape(g, x);
+  const mtf_shape *at = mtf_tensor_shape(g, x);
+  if (!at) return x;
+  mtf_shape copy = *at; /* adding nodes may move the graph's storage */
+  const mtf_shape *shape = &copy;
   int axis = mtf_shape_index_of(shape, depth_dim);
   if (axis < 0) return mtf_add(g, x, MTF_NO_TENSOR);
   int64_t d = shape->dims[axis].size, half = d / 2;

@@ -98,22 +98,72 @@ def feed_forward(h, p, prefix, activation):
     return hidden @ p[prefix + "/wo"]
 
 
+def t5_bucket(relative, bidirectional, num_buckets, max_distance):
+    """README "Attention options": the bucket of memory position - query position."""
+    n, bucket = -relative, 0
+    if bidirectional:
+        num_buckets //= 2
+        bucket += num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return bucket + n
+    large = exact + int(math.floor(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+    return bucket + min(large, num_buckets - 1)
+
+
+def relative_bias(model, p, length, positions=None):
+    """[heads, query, memory]: the shared table at each pair's bucket; packed ([batch, heads, query, memory]),
+    of the difference of the positions in the documents."""
+    def buckets(pos):
+        return torch.tensor([[t5_bucket(int(pos[m] - pos[q]), False, model["relative_num_buckets"],
+                                        model["relative_max_distance"]) for m in range(length)] for q in range(length)])
+    if positions is None:
+        return p["relative_bias/decoder"][:, buckets(list(range(length)))]
+    return torch.stack([p["relative_bias/decoder"][:, buckets(row.tolist())] for row in positions])
+
+
+def rotary(x, positions=None):
+    """RoPE, halves form: x cos(p theta) + rotate_half(x) sin(p theta), x [batch, heads, length, d]; p the
+    position in the sequence, or packed [batch, length] in the document."""
+    length, d = x.shape[-2], x.shape[-1]
+    theta = torch.tensor([10000.0 ** (-2 * (i % (d // 2)) / d) for i in range(d)])
+    if positions is None:
+        angle = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]
+    else:
+        angle = positions.double()[:, None, :, None] * theta
+    rotated = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    return x * torch.cos(angle) + rotated * torch.sin(angle)
+
+
 def logits_of(model, p, tokens, runs=None, positions=None):
+    """Packed (runs, positions [batch, length]): a query sees its own document's earlier keys only, and
+    positions (learned, rotary, relative) count from each document's first token."""
     length = tokens.shape[1]
-    if runs is None:
-        x = p["embed/wte"][tokens] + p["embed/wpe"][:length]
-        causal = torch.ones(length, length).tril().bool()
-    else:  # packed: per-document positions; a query sees its own document's earlier keys only
-        x = p["embed/wte"][tokens] + p["embed/wpe"][positions]
-        causal = torch.ones(length, length).tril().bool() & (runs[:, :, None] == runs[:, None, :])
-        causal = causal[:, None]  # [batch, heads (broadcast), query, key]
+    position = model.get("position", "learned")
+    x = p["embed/wte"][tokens]
+    if position == "learned":
+        x = x + (p["embed/wpe"][:length] if positions is None else p["embed/wpe"][positions])
+    causal = torch.ones(length, length).tril().bool()
+    if runs is not None:
+        causal = (causal & (runs[:, :, None] == runs[:, None, :]))[:, None]  # [batch, heads (1), query, key]
+    heads = model["heads"]
+    kv_heads = model.get("kv_heads", 0) or heads
+    bias = relative_bias(model, p, length, positions) if position == "relative_bias" else 0
     for layer in range(model["layers"]):
         prefix = "layer_%03d/attn" % layer
         h = norm(x, p, prefix, model["norm"])
         q = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wq"])  # the scale 1/sqrt(d_kv) is in wq
-        k = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wk"])
+        k = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wk"])  # [batch, kv_heads, length, d_kv]
         v = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wv"])
-        scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
+        if position == "rotary":
+            q, k = rotary(q, positions), rotary(k, positions)
+        # query head i uses K/V head floor(i * kv_heads / heads)
+        group = torch.tensor([i * kv_heads // heads for i in range(heads)])
+        k, v = k[:, group], v[:, group]
+        scores = (q @ k.transpose(-1, -2) + bias).masked_fill(~causal, float("-inf"))
         o = torch.softmax(scores, -1) @ v
         x = x + torch.einsum("bhlk,hkd->bld", o, p[prefix + "/wo"])
         prefix = "layer_%03d/mlp" % layer
