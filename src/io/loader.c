@@ -17,6 +17,7 @@
 
 typedef struct batch_slot {
   int32_t *tokens;
+  int32_t *segments; /* with opts.pack: the rows' segment ids, T + 1 a row */
   int rc;
   mtf_error err;
   mtf_loader_cursor after; /* the cursor once this batch is consumed */
@@ -42,6 +43,7 @@ struct mtf_loader {
 
   /* Consumer side. */
   mtf_loader_cursor cursor;
+  int32_t *segments; /* with opts.pack: the segment ids of the batch next() returned last */
   int failed;
   mtf_error failure;
   double wait_seconds, read_seconds;
@@ -124,8 +126,8 @@ static int read_seq2seq_row(mtf_loader *loader, int64_t window, int32_t *row, mt
 }
 
 /* Reads this rank's rows of the batch at *cursor into tokens and advances *cursor. */
-static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, double *seconds,
-                      mtf_error *err) {
+static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, int32_t *segments,
+                      double *seconds, mtf_error *err) {
   double start = mtf_now_seconds();
   mtf_permutation order = mtf_permutation_make((uint64_t)cursor->windows, cursor->seed, (uint64_t)cursor->epoch);
   int rc = MTF_OK;
@@ -140,9 +142,12 @@ static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *to
     }
     mtf_shard *shard = NULL;
     rc = get_shard(loader, shard_index, &shard, err);
-    if (rc == MTF_OK)
-      rc = mtf_shard_read(shard, token_start, loader->row_tokens, tokens + r * loader->row_tokens,
-                          loader->vocab_limit, err);
+    int32_t *row = tokens + r * loader->row_tokens;
+    if (rc == MTF_OK) rc = mtf_shard_read(shard, token_start, loader->row_tokens, row, loader->vocab_limit, err);
+    if (rc == MTF_OK && loader->opts.pack == MTF_PACK_SEGMENTS)
+      rc = mtf_shard_read_segments(shard, token_start, loader->row_tokens, segments + r * loader->row_tokens, err);
+    if (rc == MTF_OK && loader->opts.pack == MTF_PACK_EOT)
+      mtf_segments_from_eot(row, loader->row_tokens, shard->meta.eot_id, segments + r * loader->row_tokens);
   }
   if (rc == MTF_OK) advance(cursor, loader->opts.batch_size);
   *seconds = mtf_now_seconds() - start;
@@ -162,7 +167,7 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_unlock(&loader->mutex);
     mtf_error_clear(&slot->err);
     double seconds;
-    int rc = read_batch(loader, &cursor, slot->tokens, &seconds, &slot->err);
+    int rc = read_batch(loader, &cursor, slot->tokens, slot->segments, &seconds, &slot->err);
     pthread_mutex_lock(&loader->mutex);
     loader->read_seconds += seconds;
     slot->rc = rc;
@@ -234,6 +239,25 @@ static int open_seq2seq(mtf_loader *loader, mtf_error *err) {
   return MTF_OK;
 }
 
+/* data.pack against what the shards hold: segments need a `segments` dataset in every shard, eot an
+ * end-of-text id. */
+static int check_pack(const mtf_loader *loader, mtf_error *err) {
+  const mtf_dataset *data = &loader->dataset;
+  for (int i = 0; i < data->count; i++) {
+    if (loader->opts.pack == MTF_PACK_SEGMENTS && !data->meta[i].has_segments)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "shard '%s' has no dataset 'segments', but data.pack is segments: add per-token segment "
+                           "ids (mtf data synth --pack, docs/DATA.md), or set data.pack: eot or none",
+                           data->paths[i]);
+    if (loader->opts.pack == MTF_PACK_EOT && data->meta[i].eot_id < 0)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "shard '%s' has no end-of-text id (attribute eot_id), but data.pack is eot, which splits "
+                           "rows into documents at it: set the shard's eot_id, or set data.pack: none",
+                           data->paths[i]);
+  }
+  return MTF_OK;
+}
+
 /* Everything in open that a single rank can check or fail at. */
 static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const mtf_shape *mesh,
                       const mtf_layout_rules *rules, int mesh_rank, mtf_error *err) {
@@ -279,6 +303,7 @@ static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const 
                          "add data, or use a smaller batch or a shorter sequence length",
                          opts->data, (long long)windows, loader->marked ? "seq2seq examples" : "windows",
                          data->count, (long long)opts->batch_size);
+  MTF_CHECK(check_pack(loader, err));
   loader->vocab_limit = opts->vocab_limit > 0 ? opts->vocab_limit : (data->max_vocab_size > 0 ? data->max_vocab_size : 0);
   loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, windows};
 
@@ -288,9 +313,13 @@ static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const 
   loader->slots = calloc((size_t)(loader->depth ? loader->depth : 1), sizeof(batch_slot));
   if (!loader->shards || !loader->last_used || !loader->slots)
     return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  size_t batch_bytes = sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens);
+  if (opts->pack != MTF_PACK_NONE && !(loader->segments = malloc(batch_bytes)))
+    return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
   for (int i = 0; i < loader->depth; i++) {
-    loader->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
-    if (!loader->slots[i].tokens)
+    loader->slots[i].tokens = malloc(batch_bytes);
+    if (opts->pack != MTF_PACK_NONE) loader->slots[i].segments = malloc(batch_bytes);
+    if (!loader->slots[i].tokens || (opts->pack != MTF_PACK_NONE && !loader->slots[i].segments))
       return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for %d prefetched batches", loader->depth);
   }
   return start_prefetch(loader, err);
@@ -337,7 +366,7 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   double start = mtf_now_seconds();
   if (loader->depth == 0) {
     double seconds;
-    rc = read_batch(loader, &after, tokens, &seconds, &local);
+    rc = read_batch(loader, &after, tokens, loader->segments, &seconds, &local);
     loader->read_seconds += seconds;
   } else {
     pthread_mutex_lock(&loader->mutex);
@@ -348,7 +377,9 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
     rc = slot->rc;
     if (rc == MTF_OK)
       memcpy(tokens, slot->tokens, sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
-    else
+    if (rc == MTF_OK && loader->segments)
+      memcpy(loader->segments, slot->segments, sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
+    else if (rc != MTF_OK)
       local = slot->err;
     after = slot->after;
     pthread_mutex_lock(&loader->mutex);
@@ -394,6 +425,14 @@ void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *rows, const
   }
 }
 
+void mtf_loader_split_segments(const mtf_loader *loader, int32_t *segments, int32_t *target_segments,
+                               int32_t *positions) {
+  int64_t length = loader->opts.length;
+  for (int64_t r = 0; r < loader->local_batch; r++)
+    mtf_segments_split_row(loader->segments + r * loader->row_tokens, length, segments + r * length,
+                           target_segments + r * length, positions + r * length);
+}
+
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader) { return loader->cursor; }
 
 int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, mtf_error *err) {
@@ -430,7 +469,11 @@ void mtf_loader_close(mtf_loader *loader) {
   stop_prefetch(loader);
   for (int i = 0; loader->shards && i < loader->dataset.count; i++)
     if (loader->shards[i].path) mtf_shard_close(&loader->shards[i]);
-  for (int i = 0; loader->slots && i < loader->depth; i++) free(loader->slots[i].tokens);
+  for (int i = 0; loader->slots && i < loader->depth; i++) {
+    free(loader->slots[i].tokens);
+    free(loader->slots[i].segments);
+  }
+  free(loader->segments);
   free(loader->slots);
   free(loader->shards);
   free(loader->last_used);

@@ -26,6 +26,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/layout.h"
+#include "io/segments.h"
 
 typedef struct mtf_loader mtf_loader;
 
@@ -38,6 +39,7 @@ typedef struct mtf_loader_options {
   int64_t vocab_limit;   /* the model's vocabulary: ids must be below it. 0 = the shards' largest vocab_size */
   mtf_comm *comm;        /* optional: every rank learns any rank's error (collective open/next) */
   int seq2seq;           /* rows for an encoder-decoder (below) instead of windows of T + 1 tokens */
+  mtf_pack_mode pack;    /* data.pack: segment ids with every row (io/segments.h); NONE: tokens alone */
 } mtf_loader_options;
 
 /* Where the stream stands: the next batch is positions [position, position + B) of epoch `epoch`'s order
@@ -88,6 +90,12 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err);
 void mtf_loader_split(const mtf_loader *loader, const int32_t *tokens, int32_t *inputs, int32_t *targets);
 /* The same for either kind of loader: the rows of one next() call into batch's arrays. */
 void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *tokens, const mtf_loader_batch *batch);
+
+/* With opts.pack, the segment inputs of the batch the last mtf_loader_next returned, each [local_batch][T]
+ * like inputs: the input and target tokens' segments and the input tokens' positions in their documents
+ * (mtf_segments_split_row). */
+void mtf_loader_split_segments(const mtf_loader *loader, int32_t *segments, int32_t *target_segments,
+                               int32_t *positions);
 
 /* The cursor of the batch the next mtf_loader_next returns. */
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader);

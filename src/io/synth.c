@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "io/seq2seq.h"
+#include "io/packing.h"
 #include "io/shard_sink.h"
 #include "io/tokenize.h"
 
@@ -79,8 +80,31 @@ static int mark_shards(const mtf_synth_options *opts, const char *prefix, const 
   return MTF_OK;
 }
 
+/* --pack: the split's examples, each with its end-of-text, as whole documents in rows (io/packing.h). */
+static int write_packed_split(const mtf_synth_options *opts, const char *prefix, uint64_t stream, int64_t examples,
+                              int64_t *tokens_out, int *shards_out, mtf_error *err) {
+  char path[4096], text[EXAMPLE_MAX];
+  snprintf(path, sizeof path, "%s/%s-00000.h5", opts->output_dir, prefix);
+  mtf_packer packer;
+  mtf_packer_init(&packer, path, opts->pack, opts->one_per_row, MTF_BYTES_VOCAB_SIZE, MTF_BYTES_EOT_ID,
+                  MTF_BYTES_TOKENIZER);
+  int32_t tokens[EXAMPLE_MAX + 1];
+  int rc = MTF_OK;
+  for (int64_t i = 0; rc == MTF_OK && i < examples; i++) {
+    int length = mtf_synth_example(opts->task, opts->length, opts->seed, stream, (uint64_t)i, text, sizeof text);
+    size_t count = mtf_tokenize_bytes((const unsigned char *)text, (size_t)length, tokens);
+    tokens[count++] = MTF_BYTES_EOT_ID;
+    rc = mtf_packer_push(&packer, tokens, (int64_t)count, err);
+  }
+  int finish_rc = mtf_packer_finish(&packer, rc == MTF_OK ? err : NULL);
+  *tokens_out = packer.count;
+  *shards_out = 1;
+  return rc == MTF_OK ? finish_rc : rc;
+}
+
 static int write_split(const mtf_synth_options *opts, const char *prefix, uint64_t stream, int64_t examples,
                        int64_t *tokens_out, int *shards_out, mtf_error *err) {
+  if (opts->pack > 0) return write_packed_split(opts, prefix, stream, examples, tokens_out, shards_out, err);
   mtf_shard_sink sink;
   mtf_shard_sink_init(&sink, opts->output_dir, prefix, opts->shard_tokens, MTF_BYTES_VOCAB_SIZE, MTF_BYTES_EOT_ID,
                       MTF_BYTES_TOKENIZER);

@@ -192,10 +192,13 @@ static void losses(builder *b) {
   mtf_transformer *t = b->t;
   mtf_shape scalar = {0};
   mtf_tensor weights = mtf_to_float(g, t->loss_weights);
-  mtf_tensor count = mtf_maximum(g, mtf_reduce_sum(g, weights, &scalar), mtf_constant(g, &scalar, 1.0f));
+  /* loss_sum and loss_count as packed sequences have them (transformer.h): evaluation divides their sums over
+   * all batches. */
+  t->loss_count = mtf_set_name(g, mtf_reduce_sum(g, weights, &scalar), "loss_count");
+  mtf_tensor count = mtf_maximum(g, t->loss_count, mtf_constant(g, &scalar, 1.0f));
   mtf_tensor xent = mtf_softmax_cross_entropy(g, t->logits, t->targets, "vocab", 0.0f);
-  t->token_loss = mtf_set_name(g, mtf_divide(g, mtf_reduce_sum(g, mtf_multiply(g, xent, weights), &scalar), count),
-                               "token_loss");
+  t->loss_sum = mtf_set_name(g, mtf_reduce_sum(g, mtf_multiply(g, xent, weights), &scalar), "loss_sum");
+  t->token_loss = mtf_set_name(g, mtf_divide(g, t->loss_sum, count), "token_loss");
   t->loss = t->token_loss;
   if (m->label_smoothing > 0) {
     mtf_tensor smoothed = mtf_softmax_cross_entropy_smoothed(g, t->logits, t->targets, "vocab", 0.0f,

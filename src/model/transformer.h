@@ -59,6 +59,11 @@ typedef struct mtf_transformer {
    * and the scalar count of rows whose answer tokens are all their logits' argmax (teacher-forced exact
    * match). tokens is then the decoder's input. */
   mtf_tensor encoder_tokens, loss_weights, exact_rows;
+  /* TRAIN with data.pack (model/segments.h; MTF_NO_TENSOR otherwise): the int32 inputs [batch, length] of
+   * the tokens' and targets' segments and the tokens' positions in their documents, and the scalars
+   * loss_sum (cross-entropy summed over counted positions) and loss_count (positions counted); token_loss
+   * is loss_sum / max(loss_count, 1). */
+  mtf_tensor segments, target_segments, segment_positions, loss_sum, loss_count;
 } mtf_transformer;
 
 /* Builds into g. `dropout` overrides the config's rate (0 in eval); `batch` is the global batch. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "run/packed_rows.h"
 #include "run/train.h"
 
 int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *tokens, mtf_error *err) {
@@ -13,9 +14,14 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
   MTF_CHECK(mtf_run_open_loader(st, cfg->data_eval, (uint64_t)cfg->train.seed + 1, 0, &loader, err));
   int64_t length = cfg->model.length;
   mtf_run_batch batch;
-  double sum = 0, dropless_sum = 0, exact_rows = 0;
-  int rc = mtf_comm_agree(st->comm, mtf_run_batch_alloc(&batch, loader, length, err), err);
+  double sum = 0, dropless_sum = 0, exact_rows = 0, counted_sum = 0, counted = 0;
   const mtf_transformer *model = &st->program.eval_model;
+  /* Packed sequences and the encoder-decoder's answers: the loss is the sum over the tokens the loss counts,
+   * over all batches, divided by their number (not a mean of batch means: batches count different numbers
+   * of tokens). */
+  int counted_model = model->loss_count != MTF_NO_TENSOR;
+  int rc = mtf_comm_agree(st->comm, mtf_run_batch_alloc(&batch, loader, length, model->segments != MTF_NO_TENSOR,
+                                                        err), err);
   for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
     rc = mtf_run_batch_next(&batch, loader, err);
     if (rc) break;
@@ -30,6 +36,14 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
         mtf_run_abort("evaluation", err);
       sum += value / N;
       exact_rows += exact;
+      float loss_sum, loss_count;
+      if (counted_model && (mtf_session_fetch(st->eval, model->loss_sum, &loss_sum, err) ||
+                            mtf_session_fetch(st->eval, model->loss_count, &loss_count, err)))
+        mtf_run_abort("evaluation", err);
+      if (counted_model) {
+        counted_sum += loss_sum;
+        counted += loss_count;
+      }
       const mtf_transformer *dm = &st->program.dropless_model;
       if (st->dropless && (mtf_run_batch_feed(&batch, st->dropless, dm, m * chunk, err) ||
                            mtf_session_run(st->dropless, err) ||
@@ -39,10 +53,10 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
     }
   }
   if (rc == MTF_OK) {
-    *loss = sum / (double)batches;
+    *loss = counted_model ? counted_sum / (counted > 0 ? counted : 1) : sum / (double)batches;
     st->dropless_loss = dropless_sum / (double)batches;
     st->exact_match = model->exact_rows != MTF_NO_TENSOR ? exact_rows / (double)(batches * cfg->train.batch) : -1;
-    *tokens = batches * cfg->train.batch * length;
+    *tokens = counted_model ? (int64_t)counted : batches * cfg->train.batch * length;
     /* A restored checkpoint's parameters are finite (the restore refuses NaN and Inf), so a non-finite
      * loss here comes from the evaluation itself. Agreed, so every rank returns the same. */
     if (!isfinite(*loss))

@@ -112,12 +112,18 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
   dropless.moe.dropless = 1;
   if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &eval_model, rows, 0.0f, &p->eval_model, err);
-  if (rc == MTF_OK) {
-    const mtf_tensor eval_fetches[2] = {p->eval_model.token_loss, p->eval_model.exact_rows};
-    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank,
-                                         p->eval_model.exact_rows != MTF_NO_TENSOR ? 2 : 1, eval_fetches,
-                                         &p->eval_plan, err);
+  /* Evaluation also fetches the counted loss's sum and count (packed sequences, model/segments.h; the
+   * encoder-decoder's answer tokens) and the encoder-decoder's exact-match count. */
+  mtf_tensor eval_fetches[4] = {p->eval_model.token_loss};
+  int n_eval_fetches = 1;
+  if (p->eval_model.loss_count != MTF_NO_TENSOR) {
+    eval_fetches[n_eval_fetches++] = p->eval_model.loss_sum;
+    eval_fetches[n_eval_fetches++] = p->eval_model.loss_count;
   }
+  if (p->eval_model.exact_rows != MTF_NO_TENSOR) eval_fetches[n_eval_fetches++] = p->eval_model.exact_rows;
+  if (rc == MTF_OK)
+    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches,
+                                         &p->eval_plan, err);
   if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
     rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
     if (rc == MTF_OK)
@@ -186,6 +192,12 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
   m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets) +
                slice_bytes(p->eval_plan, p->eval_model.encoder_tokens) +
                slice_bytes(p->eval_plan, p->eval_model.loss_weights);
+  /* Packed sequences: three more int32 inputs of the tokens' shape (data.pack, model/segments.h). */
+  const mtf_tensor segment_inputs[][3] = {
+      {p->train_model.segments, p->train_model.target_segments, p->train_model.segment_positions},
+      {p->eval_model.segments, p->eval_model.target_segments, p->eval_model.segment_positions}};
+  for (int i = 0; i < 3 && p->train_model.segments != MTF_NO_TENSOR; i++)
+    m->inputs += slice_bytes(p->train_plan, segment_inputs[0][i]) + slice_bytes(p->eval_plan, segment_inputs[1][i]);
   m->inputs += slice_bytes(p->dropless_plan, p->dropless_model.tokens) +
                slice_bytes(p->dropless_plan, p->dropless_model.targets);
   /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole

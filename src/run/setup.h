@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "io/loader.h"
 #include "mtf.h"
+#include "run/packed_rows.h"
 #include "run/program.h"
 
 /* Session options for cfg: backend.kind, and backend.threads resolved for the ranks on this node.
@@ -53,10 +54,12 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
 typedef struct mtf_run_batch {
   int32_t *raw;
   mtf_loader_batch inputs;
+  mtf_packed_rows packed; /* data.pack: the segment inputs (run/packed_rows.h); empty otherwise */
   int64_t rows, length;
 } mtf_run_batch;
-/* Allocates for this rank's rows of `loader`; MTF_ERR_NOMEM (not agreed) on failure. */
-int mtf_run_batch_alloc(mtf_run_batch *batch, const mtf_loader *loader, int64_t length, mtf_error *err);
+/* Allocates for this rank's rows of `loader` (and their segment inputs when `packed`); MTF_ERR_NOMEM (not
+ * agreed) on failure. */
+int mtf_run_batch_alloc(mtf_run_batch *batch, const mtf_loader *loader, int64_t length, int packed, mtf_error *err);
 void mtf_run_batch_free(mtf_run_batch *batch);
 /* The next batch: mtf_loader_next, then split into the inputs. Collective like mtf_loader_next. */
 int mtf_run_batch_next(mtf_run_batch *batch, mtf_loader *loader, mtf_error *err);

@@ -12,6 +12,7 @@
 #include "run/eval.h"
 #include "run/metrics.h"
 #include "run/mfu.h"
+#include "run/packed_rows.h"
 #include "run/setup.h"
 #include "run/signals.h"
 #include "run/train.h"
@@ -195,7 +196,8 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
 
   int64_t length = cfg->model.length;
   mtf_run_batch batch;
-  rc = mtf_comm_agree(st.comm, mtf_run_batch_alloc(&batch, loader, length, err), err);
+  rc = mtf_comm_agree(st.comm, mtf_run_batch_alloc(&batch, loader, length, st.program.train_model.segments != MTF_NO_TENSOR,
+                                                   err), err);
   double window_start = mtf_now_seconds(), window_comm = 0;
   int64_t window_steps = 0;
   int evaluated_last = 0;

@@ -23,6 +23,7 @@ source, work, seq2seq = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 with h5py.File(source, "r") as f:
     tokens, attrs = f["tokens"][()], dict(f.attrs)
     spans = f["seq2seq_examples"][()] if seq2seq else None
+    segments = f["segments"][()] if "segments" in f else None  # packed shards (data.pack: segments)
 attrs.pop("seq2seq", None)
 first = 0
 for name, windows in (("train", 8), ("eval", 32)):
@@ -35,6 +36,8 @@ for name, windows in (("train", 8), ("eval", 32)):
         part = tokens[1000:1000 + windows * 16 + 1]
     with h5py.File(f"{work}/{name}-00000.h5", "w") as g:
         g.create_dataset("tokens", data=part.astype(np.uint16))
+        if segments is not None:
+            g.create_dataset("segments", data=segments[1000:1000 + windows * 16 + 1].astype(np.int32))
         for k, v in attrs.items():
             g.attrs[k] = v
         g.attrs["num_tokens"] = len(part)
