@@ -96,6 +96,17 @@ static mtf_tensor expand_heads(const mtf_attention_env *env, mtf_tensor x) {
   return mtf_replace_dimensions(g, mtf_broadcast(g, x, &wide), &grouped, &heads);
 }
 
+/* DECODE with grouped K/V heads: x's heads as [kv_heads, q_group] (join: back), so the scores read the
+ * cache of kv_heads heads as it is instead of a copy broadcast to every query head. */
+static mtf_tensor regroup_heads(const mtf_attention_env *env, mtf_tensor x, int join) {
+  const mtf_model_config *m = env->model;
+  const mtf_shape *shape = mtf_tensor_shape(env->g, x);
+  if (m->kv_heads == m->heads || !shape || mtf_shape_index_of(shape, join ? "q_group" : "heads") < 0) return x;
+  mtf_shape grouped = shape_of("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
+  mtf_shape heads = shape_of("heads:%lld", (long long)m->heads);
+  return join ? mtf_replace_dimensions(env->g, x, &grouped, &heads) : mtf_replace_dimensions(env->g, x, &heads, &grouped);
+}
+
 /* DECODE: attention of each row's one new token over its cache prefix (memory positions <= its position);
  * the same function as the training path's row at that position. Returns [batch, d_model]. */
 static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, const mtf_tensor w[4],
@@ -128,15 +139,21 @@ static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, c
     k = cache_write(env, prefix, "k", k_new);
     v = cache_write(env, prefix, "v", mtf_einsum2(g, h, w[2], &bkd));
   }
-  mtf_shape scores_shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld", (long long)batch,
-                                    (long long)m->heads, (long long)memory_length);
-  mtf_tensor scores = mtf_einsum2(g, q, expand_heads(env, k), &scores_shape);
-  if (options->bias != MTF_NO_TENSOR) scores = mtf_add(g, scores, options->bias);
+  char heads[96];
+  if (m->kv_heads < m->heads)
+    snprintf(heads, sizeof heads, "kv_heads:%lld,q_group:%lld", (long long)m->kv_heads,
+             (long long)(m->heads / m->kv_heads));
+  else
+    snprintf(heads, sizeof heads, "heads:%lld", (long long)m->heads);
+  mtf_shape scores_shape = shape_of("batch:%lld,%s,memory_length:%lld", (long long)batch, heads, (long long)memory_length);
+  mtf_shape o_shape = shape_of("batch:%lld,%s,d_kv:%lld", (long long)batch, heads, (long long)m->d_kv);
+  mtf_tensor scores = mtf_einsum2(g, regroup_heads(env, q, 0), k, &scores_shape);
+  if (options->bias != MTF_NO_TENSOR) scores = mtf_add(g, scores, regroup_heads(env, options->bias, 0));
   if (!options->bidirectional && options->memory == MTF_NO_TENSOR)
     scores = mtf_masked_fill(g, scores, env->attend, -1e9f);
   if (options->mask != MTF_NO_TENSOR) scores = mtf_masked_fill(g, scores, options->mask, -1e9f);
-  mtf_tensor o = mtf_einsum2(g, mtf_softmax(g, scores, "memory_length"), expand_heads(env, v), &bhd);
-  return mtf_einsum2(g, o, w[3], &out_shape);
+  mtf_tensor o = mtf_einsum2(g, mtf_softmax(g, scores, "memory_length"), v, &o_shape);
+  return mtf_einsum2(g, regroup_heads(env, o, 1), w[3], &out_shape);
 }
 
 mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const char *prefix,

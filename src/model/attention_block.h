@@ -11,7 +11,8 @@
  * Variables: <prefix>/{wq [d_model, heads, d_kv], wk, wv [d_model, kv_heads, d_kv], wo [heads, d_kv, d_model]}
  * (the caller's prefix, e.g. layer_003/attn); with model.kv_heads = heads the K/V dimension is named heads
  * (the variables of earlier versions), else kv_heads, and query head h reads K/V head h / (heads /
- * kv_heads) (expand_heads). The scores' 1/sqrt(d_kv) is in wq's initialisation. Caches: transient
+ * kv_heads) (expand_heads; DECODE regroups the query heads as [kv_heads, q_group] instead, so a step
+ * reads the small cache as it is). The scores' 1/sqrt(d_kv) is in wq's initialisation. Caches: transient
  * <prefix>/cache_{k,v} [batch, kv_heads, memory_length, d_kv] (kv heads only: the point of multi-query).
  *
  * Calling it (h-encdec, h-packed): fill an mtf_attention_options with mtf_attention_defaults() and set

@@ -199,6 +199,12 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
 
 int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
                                mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
+  /* A config that did not go through mtf_config_validate (library callers, tests) has kv_heads 0: as many
+   * K/V heads as heads, as validation would resolve it. */
+  mtf_model_config resolved = *m;
+  if (resolved.kv_heads <= 0) resolved.kv_heads = resolved.heads;
+  if (!resolved.position[0]) snprintf(resolved.position, sizeof resolved.position, "learned");
+  m = &resolved;
   memset(out, 0, sizeof *out);
   out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
   out->segments = out->target_segments = out->segment_positions = out->loss_sum = out->loss_count = MTF_NO_TENSOR;

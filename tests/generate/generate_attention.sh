@@ -25,6 +25,7 @@ PY
 }
 # name;options;layout on b:2,m:2
 CASES=("mqa;--set model.kv_heads=1;batch:b,heads:m,vocab:m"
+       "mqa_q_group;--set model.kv_heads=1 --set model.dropout=0.1;batch:b,heads:m,q_group:m,vocab:m"
        "gqa;--set model.kv_heads=2;batch:b,heads:m,kv_heads:m,vocab:m"
        "rotary;--set model.position=rotary --set model.kv_heads=2;batch:m,heads:b,kv_heads:b,d_ff:b"
        "relative;--set model.position=relative_bias --set model.fused_attention=false --set model.relative_num_buckets=8 --set model.relative_max_distance=20;batch:b,heads:m,vocab:m"
