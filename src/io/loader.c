@@ -427,6 +427,7 @@ void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *rows, const
 
 void mtf_loader_split_segments(const mtf_loader *loader, int32_t *segments, int32_t *target_segments,
                                int32_t *positions) {
+  MTF_ASSERT(loader->segments != NULL); /* opened with opts.pack */
   int64_t length = loader->opts.length;
   for (int64_t r = 0; r < loader->local_batch; r++)
     mtf_segments_split_row(loader->segments + r * loader->row_tokens, length, segments + r * length,
