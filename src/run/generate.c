@@ -231,6 +231,11 @@ static int beam_rows(mtf_gen_engine *e, const mtf_generate_options *opts, gen_ro
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
   MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
   MTF_CHECK(mtf_backend_check(cfg->backend, err));  /* alike on every rank */
+  /* Refused before anything is built (--no-cache too, whose full forward has no encoder input to feed). */
+  if (!strcmp(cfg->model.architecture, "encoder_decoder"))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.architecture is encoder_decoder, which mtf generate does not "
+                         "decode yet (with or without --no-cache): evaluate it with 'mtf eval' (its exact_match is the "
+                         "teacher-forced answers' exact match), or generate with a decoder-only model", cfg->source);
   int rank = mtf_world_rank();
   int64_t vocab = cfg->model.vocab, length = cfg->model.length;
   gen_prompts prompts;
