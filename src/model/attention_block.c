@@ -1,25 +1,11 @@
 #include "model/attention_block.h"
 
+#include "model/blocks.h"
 #include "model/position.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static mtf_shape shape_of(const char *fmt, ...) {
-  char text[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  mtf_shape s;
-  memset(&s, 0, sizeof s);
-  mtf_shape_parse(text, "model shape", &s, NULL);
-  return s;
-}
 
 mtf_attention_options mtf_attention_defaults(void) {
   mtf_attention_options o = {.bidirectional = 0, .rotary = 0, .memory = MTF_NO_TENSOR, .memory_dim = "length",
@@ -51,7 +37,7 @@ static mtf_tensor cache_variable(const mtf_attention_env *env, const char *prefi
   snprintf(name, sizeof name, "%s/cache_%s", prefix, which);
   mtf_tensor v = mtf_find_variable(env->g, name);
   if (v != MTF_NO_TENSOR) return v;
-  mtf_shape shape = shape_of("batch:%lld,%s:%lld,memory_length:%lld,d_kv:%lld", (long long)env->batch, kv_dim(m),
+  mtf_shape shape = mtf_model_shape("batch:%lld,%s:%lld,memory_length:%lld,d_kv:%lld", (long long)env->batch, kv_dim(m),
                              (long long)m->kv_heads, (long long)m->length, (long long)m->d_kv);
   return mtf_transient_variable(env->g, name, &shape);
 }
@@ -76,7 +62,7 @@ static mtf_tensor cache_write(const mtf_attention_env *env, const char *prefix, 
 
 /* [kv_heads, q_group]: the query heads of each K/V head, in the order of heads. */
 static mtf_shape grouped_heads(const mtf_model_config *m) {
-  return shape_of("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
+  return mtf_model_shape("kv_heads:%lld,q_group:%lld", (long long)m->kv_heads, (long long)(m->heads / m->kv_heads));
 }
 
 /* Grouped keys or values [..., kv_heads, ...] as [..., heads, ...]: query head h reads key/value head
@@ -97,7 +83,7 @@ static mtf_tensor expand_heads(const mtf_attention_env *env, mtf_tensor x) {
   wide.dims[at + 1] = mtf_dim_make("q_group", m->heads / m->kv_heads);
   wide.rank++;
   mtf_shape grouped = grouped_heads(m);
-  mtf_shape heads = shape_of("heads:%lld", (long long)m->heads);
+  mtf_shape heads = mtf_model_shape("heads:%lld", (long long)m->heads);
   return mtf_replace_dimensions(g, mtf_broadcast(g, x, &wide), &grouped, &heads);
 }
 
@@ -108,7 +94,7 @@ static mtf_tensor regroup_heads(const mtf_attention_env *env, mtf_tensor x, int 
   const mtf_shape *shape = mtf_tensor_shape(env->g, x);
   if (m->kv_heads == m->heads || !shape || mtf_shape_index_of(shape, join ? "q_group" : "heads") < 0) return x;
   mtf_shape grouped = grouped_heads(m);
-  mtf_shape heads = shape_of("heads:%lld", (long long)m->heads);
+  mtf_shape heads = mtf_model_shape("heads:%lld", (long long)m->heads);
   return join ? mtf_replace_dimensions(env->g, x, &grouped, &heads)
               : mtf_replace_dimensions(env->g, x, &heads, &grouped);
 }
@@ -120,18 +106,18 @@ static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, c
   const mtf_model_config *m = env->model;
   mtf_graph *g = env->g;
   int64_t batch = env->batch;
-  mtf_shape bhd = shape_of("batch:%lld,heads:%lld,d_kv:%lld", (long long)batch, (long long)m->heads,
+  mtf_shape bhd = mtf_model_shape("batch:%lld,heads:%lld,d_kv:%lld", (long long)batch, (long long)m->heads,
                            (long long)m->d_kv);
-  mtf_shape bkd = shape_of("batch:%lld,%s:%lld,d_kv:%lld", (long long)batch, kv_dim(m), (long long)m->kv_heads,
+  mtf_shape bkd = mtf_model_shape("batch:%lld,%s:%lld,d_kv:%lld", (long long)batch, kv_dim(m), (long long)m->kv_heads,
                            (long long)m->d_kv);
-  mtf_shape out_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
+  mtf_shape out_shape = mtf_model_shape("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
   mtf_tensor q = mtf_einsum2(g, h, w[0], &bhd), k, v;
   int64_t memory_length = m->length;
   if (options->memory != MTF_NO_TENSOR) { /* cross-attention: the memory's keys and values, not cached */
     const mtf_shape *ms = mtf_tensor_shape(g, options->memory);
     int at = ms ? mtf_shape_index_of(ms, options->memory_dim) : -1;
     memory_length = at >= 0 ? ms->dims[at].size : 0;
-    mtf_shape kv = shape_of("batch:%lld,%s:%lld,%s:%lld,d_kv:%lld", (long long)batch, options->memory_dim,
+    mtf_shape kv = mtf_model_shape("batch:%lld,%s:%lld,%s:%lld,d_kv:%lld", (long long)batch, options->memory_dim,
                             (long long)memory_length, kv_dim(m), (long long)m->kv_heads, (long long)m->d_kv);
     k = mtf_rename(g, mtf_einsum2(g, options->memory, w[1], &kv), options->memory_dim, "memory_length");
     v = mtf_rename(g, mtf_einsum2(g, options->memory, w[2], &kv), options->memory_dim, "memory_length");
@@ -151,9 +137,9 @@ static mtf_tensor decode_attention(const mtf_attention_env *env, mtf_tensor h, c
              (long long)(m->heads / m->kv_heads));
   else
     snprintf(heads, sizeof heads, "heads:%lld", (long long)m->heads);
-  mtf_shape scores_shape = shape_of("batch:%lld,%s,memory_length:%lld", (long long)batch, heads,
+  mtf_shape scores_shape = mtf_model_shape("batch:%lld,%s,memory_length:%lld", (long long)batch, heads,
                                     (long long)memory_length);
-  mtf_shape o_shape = shape_of("batch:%lld,%s,d_kv:%lld", (long long)batch, heads, (long long)m->d_kv);
+  mtf_shape o_shape = mtf_model_shape("batch:%lld,%s,d_kv:%lld", (long long)batch, heads, (long long)m->d_kv);
   mtf_tensor scores = mtf_einsum2(g, regroup_heads(env, q, 0), k, &scores_shape);
   if (options->bias != MTF_NO_TENSOR) scores = mtf_add(g, scores, regroup_heads(env, options->bias, 0));
   if (!options->bidirectional && options->memory == MTF_NO_TENSOR)
@@ -167,11 +153,11 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
                                const mtf_attention_options *options) {
   const mtf_model_config *m = env->model;
   mtf_graph *g = env->g;
-  mtf_shape q_shape = shape_of("d_model:%lld,heads:%lld,d_kv:%lld", (long long)m->d_model, (long long)m->heads,
+  mtf_shape q_shape = mtf_model_shape("d_model:%lld,heads:%lld,d_kv:%lld", (long long)m->d_model, (long long)m->heads,
                                (long long)m->d_kv);
-  mtf_shape kv_shape = shape_of("d_model:%lld,%s:%lld,d_kv:%lld", (long long)m->d_model, kv_dim(m),
+  mtf_shape kv_shape = mtf_model_shape("d_model:%lld,%s:%lld,d_kv:%lld", (long long)m->d_model, kv_dim(m),
                                 (long long)m->kv_heads, (long long)m->d_kv);
-  mtf_shape o_shape = shape_of("heads:%lld,d_kv:%lld,d_model:%lld", (long long)m->heads, (long long)m->d_kv,
+  mtf_shape o_shape = mtf_model_shape("heads:%lld,d_kv:%lld,d_model:%lld", (long long)m->heads, (long long)m->d_kv,
                                (long long)m->d_model);
   float in_scale = 1.0f / sqrtf((float)m->d_model);
   mtf_tensor wq = param(env, prefix, "wq", &q_shape, in_scale / sqrtf((float)m->d_kv));
@@ -191,9 +177,9 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
   const mtf_shape *source_shape = mtf_tensor_shape(g, source);
   int at = source_shape ? mtf_shape_index_of(source_shape, source_dim) : -1;
   int64_t memory_length = at >= 0 ? source_shape->dims[at].size : 0;
-  mtf_shape q_out = shape_of("batch:%lld,length:%lld,heads:%lld,d_kv:%lld", (long long)env->batch,
+  mtf_shape q_out = mtf_model_shape("batch:%lld,length:%lld,heads:%lld,d_kv:%lld", (long long)env->batch,
                              (long long)m->length, (long long)m->heads, (long long)m->d_kv);
-  mtf_shape kv_out = shape_of("batch:%lld,%s:%lld,%s:%lld,d_kv:%lld", (long long)env->batch, source_dim,
+  mtf_shape kv_out = mtf_model_shape("batch:%lld,%s:%lld,%s:%lld,d_kv:%lld", (long long)env->batch, source_dim,
                               (long long)memory_length, kv_dim(m), (long long)m->kv_heads, (long long)m->d_kv);
   mtf_tensor q = mtf_einsum2(g, h, wq, &q_out);
   mtf_tensor k = mtf_rename(g, mtf_einsum2(g, source, wk, &kv_out), source_dim, "memory_length");
@@ -218,7 +204,7 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
     o = mtf_causal_attention(g, q, k, v, "length", "memory_length", "d_kv", 1.0f, env->dropout,
                              (*env->dropout_key)++);
   } else {
-    mtf_shape logits_shape = shape_of("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
+    mtf_shape logits_shape = mtf_model_shape("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
                                       (long long)env->batch, (long long)m->heads, (long long)m->length,
                                       (long long)memory_length);
     mtf_tensor logits = mtf_einsum2(g, q, k, &logits_shape);

@@ -2,22 +2,17 @@
 #include "model/segments.h"
 
 #include "model/attention_block.h"
+#include "model/blocks.h"
 #include "model/encoder_decoder.h"
 #include "model/position.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct builder {
-  mtf_graph *g;
-  const mtf_model_config *m;
-  mtf_transformer *t;
-  int cap;
-  float dropout;
-  uint64_t dropout_key;
+  mtf_model_builder base; /* graph, config, parameter list, dropout (model/blocks.h) */
   mtf_transformer_mode mode;
   /* DECODE: each row's position as one-hot [batch, memory_length] and the memory positions it may attend
    * to (<= its position) [memory_length, batch]. */
@@ -28,138 +23,66 @@ typedef struct builder {
   mtf_tensor relative_bias; /* model.position relative_bias: the stack's bias on the logits (else none) */
 } builder;
 
-static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static mtf_shape shape_of(const char *fmt, ...) {
-  char text[256];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(text, sizeof text, fmt, ap);
-  va_end(ap);
-  mtf_shape s;
-  memset(&s, 0, sizeof s);
-  mtf_shape_parse(text, "model shape", &s, NULL);
-  return s;
-}
-
-static mtf_tensor param(builder *b, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
-  if (b->t->n_params == b->cap) {
-    b->cap = b->cap ? 2 * b->cap : 64;
-    b->t->params = realloc(b->t->params, sizeof(mtf_tensor) * (size_t)b->cap);
-  }
-  /* A second pass (evaluation without dropout) reuses the variables of the first. */
-  mtf_tensor v = mtf_find_variable(b->g, name);
-  if (v == MTF_NO_TENSOR) v = mtf_variable(b->g, name, shape, init, scale);
-  b->t->params[b->t->n_params++] = v;
-  b->t->param_count += mtf_shape_num_elements(shape);
-  return v;
-}
-
-static mtf_tensor norm(builder *b, mtf_tensor x, const char *prefix) {
-  char name[96];
-  mtf_shape d = shape_of("d_model:%lld", (long long)b->m->d_model);
-  snprintf(name, sizeof name, "%s/norm_scale", prefix);
-  mtf_tensor scale = param(b, name, &d, MTF_INIT_ONES, 1.0f);
-  if (strcmp(b->m->norm, "layer") == 0) {
-    snprintf(name, sizeof name, "%s/norm_bias", prefix);
-    return mtf_layer_norm(b->g, x, "d_model", scale, param(b, name, &d, MTF_INIT_ZEROS, 0.0f), 1e-6f);
-  }
-  return mtf_rms_norm(b->g, x, "d_model", scale, 1e-6f);
-}
-
-static mtf_tensor dropout(builder *b, mtf_tensor x) { return mtf_dropout(b->g, x, b->dropout, b->dropout_key++); }
-
-static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale);
-
 /* Norm, the attention block (model/attention_block.h), dropout, residual. */
 static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
   char prefix[64];
   snprintf(prefix, sizeof prefix, "layer_%03d/attn", layer);
-  mtf_tensor h = norm(b, x, prefix);
-  mtf_attention_env env = {.g = b->g, .model = b->m, .param = moe_param, .param_ctx = b, .mode = b->mode,
-                           .batch = activations->dims[0].size, .dropout = b->dropout,
-                           .dropout_key = &b->dropout_key, .n_assigns = &b->t->n_assigns,
-                           .positions = b->t->positions, .attend = b->attend};
+  mtf_tensor h = mtf_model_norm(&b->base, x, prefix);
+  mtf_attention_env env = {.g = b->base.g, .model = b->base.m, .param = mtf_model_param_fn, .param_ctx = &b->base,
+                           .mode = b->mode, .batch = activations->dims[0].size, .dropout = b->base.dropout,
+                           .dropout_key = &b->base.dropout_key, .n_assigns = &b->base.t->n_assigns,
+                           .positions = b->base.t->positions, .attend = b->attend};
   mtf_attention_options options = mtf_attention_defaults();
-  options.rotary = strcmp(b->m->position, "rotary") == 0;
+  options.rotary = strcmp(b->base.m->position, "rotary") == 0;
   options.bias = b->relative_bias;
   /* Packed sequences: attention stays inside each document (model/segments.h). */
   if (b->packed) options.mask = b->segments.same_document;
   mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
-  return mtf_add(b->g, x, b->mode == MTF_MODE_DECODE ? out : dropout(b, out));
-}
-
-static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
-  return param(ctx, name, shape, init, scale);
+  return mtf_add(b->base.g, x, b->mode == MTF_MODE_DECODE ? out : mtf_model_dropout(&b->base, out));
 }
 
 static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  char prefix[64], name[96];
+  const mtf_model_config *m = b->base.m;
+  mtf_graph *g = b->base.g;
+  char prefix[64];
   if (mtf_moe_is_layer(m, layer)) {
     snprintf(prefix, sizeof prefix, "layer_%03d/moe", layer);
-    mtf_moe_layer moe = mtf_moe_feed_forward(g, m, norm(b, x, prefix), layer, moe_param, b);
-    b->t->moe[b->t->n_moe++] = moe;
-    return mtf_add(g, x, dropout(b, moe.output));
+    mtf_tensor h = mtf_model_norm(&b->base, x, prefix);
+    mtf_moe_layer moe = mtf_moe_feed_forward(g, m, h, layer, mtf_model_param_fn, &b->base);
+    b->base.t->moe[b->base.t->n_moe++] = moe;
+    return mtf_add(g, x, mtf_model_dropout(&b->base, moe.output));
   }
   snprintf(prefix, sizeof prefix, "layer_%03d/mlp", layer);
-  mtf_tensor h = norm(b, x, prefix);
-  mtf_shape wi_shape = shape_of("d_model:%lld,d_ff:%lld", (long long)m->d_model, (long long)m->d_ff);
-  mtf_shape wo_shape = shape_of("d_ff:%lld,d_model:%lld", (long long)m->d_ff, (long long)m->d_model);
-  float in_scale = 1.0f / sqrtf((float)m->d_model);
-  mtf_shape hidden = *activations;
-  hidden.dims[2] = mtf_dim_make("d_ff", m->d_ff);
-  mtf_tensor act;
-  if (mtf_activation_is_gated(m->activation)) {
-    /* Shazeer's GLU variants (T5 v1.1): act(h wi_0) * (h wi_1), act = swish (x sigmoid(x)) or gelu. */
-    snprintf(name, sizeof name, "%s/wi_0", prefix);
-    mtf_tensor wi_0 = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
-    snprintf(name, sizeof name, "%s/wi_1", prefix);
-    mtf_tensor wi_1 = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
-    mtf_tensor gate = mtf_einsum2(g, h, wi_0, &hidden), linear = mtf_einsum2(g, h, wi_1, &hidden);
-    gate = strcmp(m->activation, "swiglu") == 0 ? mtf_swish(g, gate) : mtf_gelu(g, gate);
-    act = mtf_multiply(g, gate, linear);
-  } else {
-    snprintf(name, sizeof name, "%s/wi", prefix);
-    mtf_tensor wi = param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
-    mtf_tensor pre = mtf_einsum2(g, h, wi, &hidden);
-    act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
-  }
-  /* Made after the input projections: variables keep the order of earlier versions (checkpoints list them,
-   * and a restore reports the first that differs). */
-  snprintf(name, sizeof name, "%s/wo", prefix);
-  mtf_tensor wo = param(b, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_ff));
-  return mtf_add(g, x, dropout(b, mtf_einsum2(g, dropout(b, act), wo, activations)));
+  return mtf_model_feed_forward(&b->base, x, prefix, activations);
 }
 
 /* The output layer: tied (the embedding scaled by d_model^-0.5) or unembed/w, into `shape` (h's dims with
  * vocab for d_model). */
 static mtf_tensor unembed(builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape) {
-  const mtf_model_config *m = b->m;
+  const mtf_model_config *m = b->base.m;
   if (m->tie_embeddings)
-    return mtf_scalar_multiply(b->g, mtf_einsum2(b->g, h, wte, shape), 1.0f / sqrtf((float)m->d_model));
-  mtf_shape w_shape = shape_of("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
-  mtf_tensor w = param(b, "unembed/w", &w_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
-  return mtf_einsum2(b->g, h, w, shape);
+    return mtf_scalar_multiply(b->base.g, mtf_einsum2(b->base.g, h, wte, shape), 1.0f / sqrtf((float)m->d_model));
+  mtf_shape w_shape = mtf_model_shape("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
+  mtf_tensor w = mtf_model_param(&b->base, "unembed/w", &w_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
+  return mtf_einsum2(b->base.g, h, w, shape);
 }
 
 /* DECODE: the embedded new tokens [batch, length:1, d_model] at their positions, and the builder's
  * position masks. */
 static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_tensor wpe) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  mtf_shape tokens = shape_of("batch:%lld,length:1", (long long)batch);
-  mtf_shape rows = shape_of("batch:%lld", (long long)batch);
-  b->t->tokens = mtf_input_int(g, "decode_tokens", &tokens);
-  b->t->positions = mtf_input_int(g, "decode_positions", &rows);
+  const mtf_model_config *m = b->base.m;
+  mtf_graph *g = b->base.g;
+  mtf_shape tokens = mtf_model_shape("batch:%lld,length:1", (long long)batch);
+  mtf_shape rows = mtf_model_shape("batch:%lld", (long long)batch);
+  b->base.t->tokens = mtf_input_int(g, "decode_tokens", &tokens);
+  b->base.t->positions = mtf_input_int(g, "decode_positions", &rows);
   mtf_dim memory = mtf_dim_make("memory_length", m->length);
   mtf_tensor memory_index = mtf_range(g, &memory);
-  b->position_hot = mtf_one_hot(g, b->t->positions, &memory);
+  b->position_hot = mtf_one_hot(g, b->base.t->positions, &memory);
   mtf_tensor position = mtf_reduce_sum(g, mtf_multiply(g, b->position_hot, memory_index), &rows);
   b->attend = mtf_less_equal(g, memory_index, position);
-  mtf_tensor x = mtf_gather(g, wte, b->t->tokens, "vocab");
-  return wpe == MTF_NO_TENSOR ? x : mtf_add(g, x, mtf_gather(g, wpe, b->t->positions, "length"));
+  mtf_tensor x = mtf_gather(g, wte, b->base.t->tokens, "vocab");
+  return wpe == MTF_NO_TENSOR ? x : mtf_add(g, x, mtf_gather(g, wpe, b->base.t->positions, "length"));
 }
 
 /* model.position relative_bias: T5 shares one table [heads, relative_buckets] across the layers of a stack
@@ -167,15 +90,15 @@ static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_t
  * layer's logits: [heads, memory_length, length], or in DECODE [heads, memory_length, batch] at each row's
  * position. */
 static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
+  const mtf_model_config *m = b->base.m;
+  mtf_graph *g = b->base.g;
   char name[96];
   snprintf(name, sizeof name, "relative_bias/%s", stack);
-  mtf_shape table_shape = shape_of("heads:%lld,relative_buckets:%lld", (long long)m->heads,
+  mtf_shape table_shape = mtf_model_shape("heads:%lld,relative_buckets:%lld", (long long)m->heads,
                                    (long long)m->relative_num_buckets);
-  mtf_tensor table = param(b, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
+  mtf_tensor table = mtf_model_param(&b->base, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
   mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
-  mtf_tensor query_position = b->mode == MTF_MODE_DECODE ? mtf_to_float(g, b->t->positions) : mtf_range(g, &query);
+  mtf_tensor query_position = b->mode == MTF_MODE_DECODE ? mtf_to_float(g, b->base.t->positions) : mtf_range(g, &query);
   mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), query_position);
   return mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets, m->relative_max_distance,
                            m->length - 1);
@@ -185,12 +108,12 @@ static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional
  * over the positions the loss counts (model/segments.h). */
 static mtf_tensor token_mean(builder *b, mtf_tensor per_position, int64_t batch, float scale) {
   if (b->packed) {
-    mtf_tensor mean = mtf_segments_mean(b->g, &b->segments, per_position);
-    return scale == 1.0f ? mean : mtf_scalar_multiply(b->g, mean, scale);
+    mtf_tensor mean = mtf_segments_mean(b->base.g, &b->segments, per_position);
+    return scale == 1.0f ? mean : mtf_scalar_multiply(b->base.g, mean, scale);
   }
   mtf_shape scalar = {0};
-  float per_token = 1.0f / (float)(batch * b->m->length);
-  return mtf_scalar_multiply(b->g, mtf_reduce_sum(b->g, per_position, &scalar), scale * per_token);
+  float per_token = 1.0f / (float)(batch * b->base.m->length);
+  return mtf_scalar_multiply(b->base.g, mtf_reduce_sum(b->base.g, per_position, &scalar), scale * per_token);
 }
 
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
@@ -212,20 +135,20 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
   out->encoder_tokens = out->loss_weights = out->exact_rows = MTF_NO_TENSOR;
   if (mtf_is_encoder_decoder(m)) return mtf_encoder_decoder_build(g, m, batch, dropout_rate, mode, out, err);
   out->first_assign = mtf_graph_num_assigns(g);
-  builder b = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000, .mode = mode};
+  builder b = {.base = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000}, .mode = mode};
   int64_t length = mode == MTF_MODE_DECODE ? 1 : m->length;
-  mtf_shape tokens = shape_of("batch:%lld,length:%lld", (long long)batch, (long long)m->length);
-  mtf_shape activations = shape_of("batch:%lld,length:%lld,d_model:%lld", (long long)batch, (long long)length,
+  mtf_shape tokens = mtf_model_shape("batch:%lld,length:%lld", (long long)batch, (long long)m->length);
+  mtf_shape activations = mtf_model_shape("batch:%lld,length:%lld,d_model:%lld", (long long)batch, (long long)length,
                                    (long long)m->d_model);
-  mtf_shape embed = shape_of("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
-  mtf_shape positions = shape_of("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
+  mtf_shape embed = mtf_model_shape("vocab:%lld,d_model:%lld", (long long)m->vocab, (long long)m->d_model);
+  mtf_shape positions = mtf_model_shape("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
   if (mtf_moe_layers(m) > 0 && (batch * length) % mtf_moe_group_size(m) != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "model.moe.group_size (%lld) does not divide the %lld x %lld tokens the "
                          "model is built for: pick a divisor of %lld", (long long)mtf_moe_group_size(m),
                          (long long)batch, (long long)length, (long long)(batch * length));
   out->moe = calloc((size_t)mtf_moe_layers(m) + 1, sizeof *out->moe);
   if (!out->moe) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
-  mtf_shape rows = shape_of("batch:%lld", (long long)batch);
+  mtf_shape rows = mtf_model_shape("batch:%lld", (long long)batch);
   if (mode == MTF_MODE_TRAIN) {
     out->tokens = mtf_input_int(g, "tokens", &tokens);
     out->targets = mtf_input_int(g, "targets", &tokens);
@@ -240,10 +163,10 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     out->tokens = mtf_input_int(g, "prefill_tokens", &tokens);
     out->positions = mtf_input_int(g, "prefill_last", &rows);
   }
-  mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
+  mtf_tensor wte = mtf_model_param(&b.base, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
   /* The learned position embedding exists only for model.position learned (model/position.h: the others). */
   int learned = strcmp(m->position, "learned") == 0;
-  mtf_tensor wpe = learned ? param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f) : MTF_NO_TENSOR;
+  mtf_tensor wpe = learned ? mtf_model_param(&b.base, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f) : MTF_NO_TENSOR;
   mtf_tensor x;
   if (mode == MTF_MODE_DECODE) {
     x = decode_inputs(&b, batch, wte, wpe);
@@ -254,7 +177,7 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
      * a document (all attention reaches, under the segment mask) are those of the per-document positions. */
     if (learned && b.packed)
       wpe = mtf_gather(g, mtf_rename(g, wpe, "length", "position"), out->segment_positions, "position");
-    x = dropout(&b, learned ? mtf_add(g, x, wpe) : x);
+    x = mtf_model_dropout(&b.base, learned ? mtf_add(g, x, wpe) : x);
   }
   b.relative_bias = strcmp(m->position, "relative_bias") == 0 ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
   /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
@@ -264,12 +187,12 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     x = feed_forward(&b, attention(&b, x, layer, &activations), layer, &activations);
     mtf_recompute_end(g);
   }
-  mtf_tensor h = norm(&b, x, "final");
+  mtf_tensor h = mtf_model_norm(&b.base, x, "final");
   if (mode != MTF_MODE_TRAIN) {
     /* The next token's logits only: PREFILL picks each row's last prompt position by a one-hot sum (exact),
      * DECODE drops the length:1 dimension. */
-    mtf_shape last_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
-    mtf_shape next_shape = shape_of("batch:%lld,vocab:%lld", (long long)batch, (long long)m->vocab);
+    mtf_shape last_shape = mtf_model_shape("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
+    mtf_shape next_shape = mtf_model_shape("batch:%lld,vocab:%lld", (long long)batch, (long long)m->vocab);
     mtf_dim length_dim = mtf_dim_make("length", m->length);
     mtf_tensor last = mode == MTF_MODE_PREFILL
                           ? mtf_einsum2(g, h, mtf_one_hot(g, out->positions, &length_dim), &last_shape)
@@ -279,7 +202,7 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     if (rc) mtf_transformer_free(out);
     return rc;
   }
-  mtf_shape logits_shape = shape_of("batch:%lld,length:%lld,vocab:%lld", (long long)batch, (long long)m->length,
+  mtf_shape logits_shape = mtf_model_shape("batch:%lld,length:%lld,vocab:%lld", (long long)batch, (long long)m->length,
                                     (long long)m->vocab);
   out->logits = unembed(&b, h, wte, &logits_shape);
   mtf_set_name(g, out->logits, "logits");
