@@ -65,9 +65,9 @@ static void test_all_reduce(void) {
     uint64_t seed = (1ull << 40) + 7; /* above 32 bits: a u64 all the way */
     mtf_pjrt_buffer *args[6] = {0};
     for (int d = 0; d < 2; d++) {
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
     }
     CHECK(mtf_pjrt_buffer_host_bytes(rt, args[0], &err) == sizeof x[0]);
     mtf_pjrt_buffer *outs[6] = {0};
@@ -96,9 +96,9 @@ static void test_all_reduce(void) {
     }
     /* Kept (not donated) arguments can run again and still be read afterwards. */
     for (int d = 0; d < 2; d++) {
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_BUFFER_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
     }
     unsigned char keep[3] = {1, 1, 1};
     CHECK(mtf_pjrt_execute(rt, exe, 3, args, keep, outs, &err) == MTF_OK);

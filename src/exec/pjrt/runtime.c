@@ -242,11 +242,11 @@ void mtf_pjrt_describe(const mtf_pjrt_runtime *rt, char *out, size_t cap) {
                              rt->device_kinds[i]);
 }
 
-size_t mtf_pjrt_buffer_type_size(mtf_pjrt_buffer_type type) { return type == MTF_PJRT_BUFFER_U64 ? 8 : 4; }
+size_t mtf_pjrt_type_size(mtf_pjrt_type type) { return type == MTF_PJRT_U64 ? 8 : 4; }
 
-static PJRT_Buffer_Type pjrt_type(mtf_pjrt_buffer_type type) {
-  return type == MTF_PJRT_BUFFER_S32 ? PJRT_Buffer_Type_S32
-         : type == MTF_PJRT_BUFFER_U64 ? PJRT_Buffer_Type_U64
+static PJRT_Buffer_Type pjrt_type(mtf_pjrt_type type) {
+  return type == MTF_PJRT_S32 ? PJRT_Buffer_Type_S32
+         : type == MTF_PJRT_U64 ? PJRT_Buffer_Type_U64
                                        : PJRT_Buffer_Type_F32;
 }
 
@@ -256,7 +256,7 @@ static int check_device(const mtf_pjrt_runtime *rt, int device, mtf_error *err) 
   return MTF_OK;
 }
 
-int mtf_pjrt_buffer_from_host(mtf_pjrt_runtime *rt, int device, mtf_pjrt_buffer_type type, const int64_t *dims, int rank,
+int mtf_pjrt_buffer_from_host(mtf_pjrt_runtime *rt, int device, mtf_pjrt_type type, const int64_t *dims, int rank,
                               const void *data, mtf_pjrt_buffer **out, mtf_error *err) {
   *out = NULL;
   MTF_CHECK(check_device(rt, device, err));

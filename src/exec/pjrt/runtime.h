@@ -57,18 +57,15 @@ const char *mtf_pjrt_device_kind(const mtf_pjrt_runtime *rt, int device);
 /* Several lines for `mtf --version` and the start of a run: plugin, platform, version, API, devices. */
 void mtf_pjrt_describe(const mtf_pjrt_runtime *rt, char *out, size_t cap);
 
-/* Element types of buffers: mtf's tensors (f32), token ids (s32) and the random-offset scalar (u64). The
- * same order as the emitter's mtf_pjrt_elem (emit.h), so one converts to the other by value. */
-typedef enum mtf_pjrt_buffer_type {
-  MTF_PJRT_BUFFER_F32 = 0,
-  MTF_PJRT_BUFFER_S32 = 1,
-  MTF_PJRT_BUFFER_U64 = 2
-} mtf_pjrt_buffer_type;
-size_t mtf_pjrt_buffer_type_size(mtf_pjrt_buffer_type type);
+/* Element types of buffers: mtf's tensors (f32), token ids and other integers (s32), and u64 scalars (a
+ * plugin-side counter or key; the emitter passes the random offset as two s32 words instead). emit.h uses
+ * this type for its parameters and results. */
+typedef enum mtf_pjrt_type { MTF_PJRT_F32 = 0, MTF_PJRT_S32 = 1, MTF_PJRT_U64 = 2 } mtf_pjrt_type;
+size_t mtf_pjrt_type_size(mtf_pjrt_type type);
 
 /* A buffer of dims[0..rank) (row-major, rank 0 = scalar) on `device`, copied from host `data`, which may
  * be reused as soon as this returns. */
-int mtf_pjrt_buffer_from_host(mtf_pjrt_runtime *rt, int device, mtf_pjrt_buffer_type type, const int64_t *dims, int rank,
+int mtf_pjrt_buffer_from_host(mtf_pjrt_runtime *rt, int device, mtf_pjrt_type type, const int64_t *dims, int rank,
                               const void *data, mtf_pjrt_buffer **out, mtf_error *err);
 /* Copies the whole buffer to host `dst` (bytes must be its size exactly); waits for it. */
 int mtf_pjrt_buffer_to_host(mtf_pjrt_runtime *rt, mtf_pjrt_buffer *buffer, void *dst, size_t bytes, mtf_error *err);
