@@ -13,7 +13,7 @@
  *
  * Program I/O, in this order:
  *   parameters: the variables the plan reads or writes (ascending storage slot), then the inputs
- *               (ascending storage slot), then the scalars RANDOM_OFFSET and MICROBATCH (always present);
+ *               (ascending storage slot), then RANDOM_OFFSET and MICROBATCH (always present);
  *   results:    the variables the plan writes (ascending slot; `aliases` names their parameter, so the
  *               runtime can donate it and carry the result to the next run), then the fetches (plan order).
  * Every value is the device's local slice (shape mtf_layout_slice_shape of the node's layout), row-major,
@@ -24,25 +24,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exec/pjrt/runtime.h"
 #include "lower/plan.h"
 
 typedef enum mtf_pjrt_value_kind {
   MTF_PJRT_VARIABLE,      /* a variable's slice: slot = its storage index (mtf_buffer.offset) */
   MTF_PJRT_INPUT,         /* an input's slice, uploaded before each run: slot = its storage index */
-  MTF_PJRT_RANDOM_OFFSET, /* scalar u64, mtf_session_set_random_offset's value (same on every device) */
+  MTF_PJRT_RANDOM_OFFSET, /* s32 [2]: mtf_session_set_random_offset's u64 value as its low and high 32-bit words
+                           * (bit patterns; same on every device) */
   MTF_PJRT_MICROBATCH,    /* scalar s32, mtf_session_set_microbatch's index (0 without microbatches) */
   MTF_PJRT_FETCH,         /* results only: a fetched tensor's slice; slot = index into plan->fetch_nodes */
 } mtf_pjrt_value_kind;
-
-/* Element types of parameters and results (PJRT_Buffer_Type F32, S32, U64). */
-typedef enum mtf_pjrt_elem { MTF_PJRT_F32, MTF_PJRT_S32, MTF_PJRT_U64 } mtf_pjrt_elem;
 
 typedef struct mtf_pjrt_value {
   mtf_pjrt_value_kind kind;
   int node;            /* graph node (variable, input, fetched tensor); -1 for the scalars */
   int slot;            /* see the kinds */
-  mtf_pjrt_elem elem;
-  mtf_shape shape;     /* local shape on each device (rank 0 for the scalars) */
+  mtf_pjrt_type elem;  /* runtime.h's F32 or S32 */
+  mtf_shape shape;     /* local shape on each device (RANDOM_OFFSET: [2], MICROBATCH: rank 0) */
   int64_t elements;
   int aliases;         /* results: index of the parameter this result replaces (a written variable), else -1 */
 } mtf_pjrt_value;
@@ -61,9 +60,6 @@ typedef struct mtf_pjrt_module {
   int n_params, n_results;
   mtf_pjrt_value *params, *results;
 } mtf_pjrt_module;
-
-/* Bytes of one element of `e`. */
-size_t mtf_pjrt_elem_size(mtf_pjrt_elem e);
 
 /* One module from the n_plans per-rank plans of one graph, mesh and layout (plans[r] for mesh rank r,
  * n_plans = mesh size). Errors (plans that differ in structure, a step the emitter lacks): MTF_ERR_INVALID
