@@ -9,6 +9,7 @@
 
 #include "core/mesh.h"
 #include "exec/pjrt/emit_internal.h"
+#include "ops/op_def.h"
 
 int e_fail(h_emitter *E, const mtf_step *st, const char *what) {
   const mtf_plan *p = E->plans[0];

@@ -98,6 +98,10 @@ void e_output(h_emitter *E, const mtf_step *st, int value);
 /* values[r] = the field of step E->step on rank r's plan. */
 void e_rank_values(h_emitter *E, int64_t (*get)(const mtf_step *st, void *arg), void *arg, int64_t *values);
 int e_fail(h_emitter *E, const mtf_step *st, const char *what);
+/* The current step's dim_offset on each rank, as a scalar s64 (emit_ops.c). */
+int e_rank_dim_offset(h_emitter *E);
+/* A unary function of the op table on x (f32), as the CPU kernel computes it (emit_ops.c). */
+int e_unary_fn(h_emitter *E, mtf_unary_kind fn, float alpha, float beta, int x);
 
 int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled); /* emit_ops.c */
 int e_kernel_fused(h_emitter *E, const mtf_step *st, int *handled);       /* emit_fused.c */
