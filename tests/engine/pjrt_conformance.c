@@ -354,6 +354,67 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   mtf_graph_destroy(g);
 }
 
+/* Dropout masks with a run's random offset and a microbatch (the RANDOM_OFFSET and MICROBATCH parameters),
+ * which the reference cases leave at 0: a random_keep of [a, d] under microbatch `index` of 3 along a,
+ * against mtf_uniform01 of the CPU kernel's numbering (mtf_random_extent) computed here. */
+static void check_random_offset(mtf_pjrt_runtime *rt, const mtf_shape *mesh, const char *layout_text) {
+  const uint64_t offset = 0x9abcdef012345678ULL, key = 7;
+  const int index = 2, count = 3;
+  const float keep = 0.5f;
+  mtf_graph *g = mtf_graph_create(99);
+  mtf_shape s = S("a:4,d:6");
+  mtf_tensor y = mtf_random_keep(g, &s, keep, key);
+  mtf_layout_rules rules;
+  mtf_error err = {0};
+  mtf_layout_rules_parse(layout_text, &rules, &err);
+  mtf_plan **plans = NULL;
+  int n = 0, ok = 0, mismatches = 0;
+  mtf_pjrt_module m = {0};
+  mtf_pjrt_executable *exe = NULL;
+  mtf_pjrt_emit_options options = {.microbatch_dim = "a", .microbatches = count};
+  int rc = mtf_pjrt_plans_create(g, mesh, &rules, 1, &y, NULL, &plans, &n, &err);
+  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)plans, n, &options, &m, &err);
+  if (rc == MTF_OK) rc = mtf_pjrt_compile(rt, m.text, m.length, n, 1, &exe, &err);
+  mtf_pjrt_buffer *args[64] = {0}, *outs[64] = {0};
+  int na = m.n_params, nr = m.n_results;
+  if (rc == MTF_OK && (n * na > 64 || n * nr > 64 || nr != 1)) rc = MTF_ERR_INVALID;
+  for (int d = 0; rc == MTF_OK && d < n; d++)
+    for (int a = 0; rc == MTF_OK && a < na; a++) {
+      int32_t words[2] = {(int32_t)(uint32_t)offset, (int32_t)(uint32_t)(offset >> 32)}, micro = index;
+      int64_t dims[1] = {2};
+      const mtf_pjrt_value *p = &m.params[a];
+      rc = mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, dims, p->kind == MTF_PJRT_RANDOM_OFFSET ? 1 : 0,
+                                     p->kind == MTF_PJRT_RANDOM_OFFSET ? (void *)words : (void *)&micro, &args[d * na + a], &err);
+    }
+  if (rc == MTF_OK) rc = mtf_pjrt_execute(rt, exe, na, args, NULL, outs, &err);
+  for (int d = 0; rc == MTF_OK && d < n; d++) {
+    float got[24];
+    const mtf_pjrt_value *r = &m.results[0];
+    rc = mtf_pjrt_buffer_to_host(rt, outs[d], got, (size_t)r->elements * 4, &err);
+    int64_t offsets[MTF_MAX_RANK];
+    mtf_layout_slice_offset(&plans[d]->layouts[y], mesh, plans[d]->coord, offsets);
+    int64_t rows = r->shape.dims[0].size, cols = r->shape.dims[1].size;
+    for (int64_t i = 0; rc == MTF_OK && i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) {
+        int64_t row = offsets[0] * count + index * rows + i; /* the whole batch's row: mtf_random_extent */
+        uint64_t global = (uint64_t)(row * 6 + offsets[1] + j);
+        float want = mtf_uniform01(g->seed, mtf_run_key(key, offset), global) < (double)keep ? 1.0f : 0.0f;
+        mismatches += got[i * cols + j] != want;
+      }
+    ok = rc == MTF_OK;
+  }
+  if (rc != MTF_OK) fprintf(stderr, "random offset: %s\n", err.msg);
+  printf("%s pjrt %s %-52s layout '%s', %d of 24 mask elements differ\n", ok && !mismatches ? "ok  " : "FAIL", mesh_name,
+         "dropout mask with a random offset and microbatch", layout_text, mismatches);
+  CHECK(ok && mismatches == 0);
+  for (int i = 0; i < n * na && i < 64; i++) mtf_pjrt_buffer_destroy(rt, args[i]);
+  for (int i = 0; i < n * nr && i < 64; i++) mtf_pjrt_buffer_destroy(rt, outs[i]);
+  mtf_pjrt_executable_destroy(rt, exe);
+  mtf_pjrt_module_free(&m);
+  mtf_pjrt_plans_destroy(plans, n);
+  mtf_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
   int devices = 1;
   const char *mesh_arg = NULL;
@@ -396,6 +457,11 @@ int main(int argc, char **argv) {
     run_case(rt, &forward_only_cases[i], 1, &mesh, NULL);
   for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
     run_case(rt, &step_cases[i].c, 0, &mesh, &step_cases[i].x);
+  if (!only_cases || strstr("dropout mask with a random offset", only_cases)) {
+    check_random_offset(rt, &mesh, "");
+    if (mesh.dims[0].size == 2 || mesh.dims[0].size == 4) check_random_offset(rt, &mesh, "a:m");
+    if (mesh.dims[0].size == 2) check_random_offset(rt, &mesh, "d:m");
+  }
   printf("ops on pjrt (%s), cases passing / failing:\n", mesh_text);
   for (int k = 0; k < MTF_OP_COUNT; k++)
     if (op_pass[k] + op_fail[k] > 0) printf("  %-22s %2d / %d%s\n", mtf_op((mtf_op_kind)k)->name, op_pass[k], op_fail[k],
