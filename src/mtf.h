@@ -275,8 +275,14 @@ int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t);
 /* Checks that a backend kind ("cpu"; later "cuda", "pjrt") is built in and usable here; otherwise an
  * error such as "unknown backend 'gpu' (built in: cpu)". NULL or "" means "cpu". */
 int mtf_backend_check(const char *kind, mtf_error *err);
-/* The built-in kinds, comma-separated ("cpu"). */
+/* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
+/* What a backend runs on, as lines for `mtf --version` and the start of a run (empty for cpu). For pjrt it
+ * opens the plugin (`plugin`, NULL = $MTF_PJRT_PLUGIN or the installed one; `local_devices`, 0 = all) and
+ * describes platform, version and devices; with mesh_devices > 0 it also checks that the mesh has
+ * processes x devices devices. Errors name the plugin, the package and the settings. */
+int mtf_backend_describe(const char *kind, const char *plugin, int local_devices, long mesh_devices, int processes,
+                         char *out, size_t cap, mtf_error *err);
 /* Threads a CPU backend uses on one rank for `requested` (0: cores of this node / ranks on it). */
 int mtf_backend_resolve_threads(int requested, int ranks_per_node);
 

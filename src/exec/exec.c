@@ -51,7 +51,7 @@ static void *buffer_data(const mtf_session *s, int buffer) {
 
 /* A variable's initial slice, on the host: each element from its global index, so every layout starts
  * equal. */
-static void init_variable(const mtf_plan *p, int node, float *data) {
+void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data) {
   const mtf_node *var = &p->graph->nodes[node];
   const mtf_tensor_layout *layout = &p->layouts[node];
   mtf_shape local = mtf_layout_slice_shape(layout, &p->mesh);
@@ -143,7 +143,7 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
     }
     float *host = malloc(bytes + 1);
     if (!host) goto nomem;
-    init_variable(plan, buf->node, host);
+    mtf_plan_initial_slice(plan, buf->node, host);
     int rc = be->mem->upload(be, data, host, bytes);
     free(host);
     if (rc) return mtf_error_set(err, rc, "session: cannot upload the initial value of '%s'",

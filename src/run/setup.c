@@ -28,14 +28,33 @@ int mtf_run_agree(int rc, mtf_error *err) {
   return rc != MTF_OK ? rc : agreed;
 }
 
+int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
+  /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
+  MTF_CHECK(mtf_backend_check(cfg->backend, err));
+  if (strcmp(cfg->backend, "pjrt") != 0) return MTF_OK;
+  long mesh_devices = 1;
+  for (int d = 0; d < cfg->mesh_shape.rank; d++) mesh_devices *= cfg->mesh_shape.dims[d].size;
+  char desc[4096];
+  /* Every rank opens its plugin and checks the same numbers, so all fail alike or none does. */
+  int rc = mtf_backend_describe(cfg->backend, cfg->plugin, (int)cfg->local_devices, mesh_devices, mtf_world_size(),
+                                desc, sizeof desc, err);
+  if (mtf_world_rank() == 0 && desc[0]) {
+    printf("%s\n", desc);
+    fflush(stdout);
+  }
+  if (rc != MTF_OK) return rc;
+  return mtf_error_set(err, MTF_ERR_INVALID,
+                       "backend.kind pjrt: the plugin and devices are usable, but running a model on them (one "
+                       "compiled program per step) is not built yet (issue 13); use backend.kind cpu");
+}
+
 int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, mtf_error *err) {
   memset(st, 0, sizeof *st);
   st->cfg = cfg;
   st->rank = mtf_world_rank();
   mtf_error_clear(err);
   mtf_session_options options = mtf_run_session_options(cfg);
-  /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
-  MTF_CHECK(mtf_backend_check(cfg->backend, err));
+  MTF_CHECK(mtf_run_check_backend(cfg, err));
   /* Layout errors first (every rank builds rank 0's plan, so they are alike everywhere, and more useful than
    * a size mismatch); only running out of memory can fail on one rank, hence the agreement. */
   int rc = mtf_run_agree(mtf_program_build(cfg, 0, &st->program, err), err);

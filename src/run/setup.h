@@ -36,6 +36,9 @@ typedef struct mtf_run_state {
   int rank; /* in the job (= the mesh rank) */
 } mtf_run_state;
 
+/* backend.kind is built in; for pjrt also that its plugin opens and has as many devices as the mesh needs
+ * (processes x backend.local_devices), rank 0 printing the plugin's platform and devices. */
+int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err);
 /* Builds the program, the communicator and the sessions (the training ones only with_training; the apply
  * and eval sessions share the train session's variables). Collective; on failure every rank returns the
  * same error. */

@@ -11,11 +11,12 @@
 #include "../check.h"
 #include "exec/pjrt/runtime.h"
 
-/* out0 = sum over replicas of x; out1 = k + replica_id (i32); x is donated to out0. */
+/* out0 = sum over replicas of x; out1 = k + replica_id (i32); out2 = seed + replica_id (u64); x is donated
+ * to out0. */
 static const char *module_text =
     "module @allreduce attributes {mhlo.num_replicas = 2 : i32, mhlo.num_partitions = 1 : i32} {\n"
-    "  func.func public @main(%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}, %k: tensor<4xi32>)\n"
-    "      -> (tensor<2x3xf32>, tensor<4xi32>) {\n"
+    "  func.func public @main(%x: tensor<2x3xf32> {tf.aliasing_output = 0 : i32}, %k: tensor<4xi32>,\n"
+    "                       %seed: tensor<ui64>) -> (tensor<2x3xf32>, tensor<4xi32>, tensor<ui64>) {\n"
     "    %sum = \"stablehlo.all_reduce\"(%x) ({\n"
     "    ^bb0(%a: tensor<f32>, %b: tensor<f32>):\n"
     "      %s = stablehlo.add %a, %b : tensor<f32>\n"
@@ -25,7 +26,9 @@ static const char *module_text =
     "    %ri = stablehlo.convert %r : (tensor<ui32>) -> tensor<i32>\n"
     "    %rb = stablehlo.broadcast_in_dim %ri, dims = [] : (tensor<i32>) -> tensor<4xi32>\n"
     "    %y = stablehlo.add %k, %rb : tensor<4xi32>\n"
-    "    return %sum, %y : tensor<2x3xf32>, tensor<4xi32>\n"
+    "    %r64 = stablehlo.convert %r : (tensor<ui32>) -> tensor<ui64>\n"
+    "    %s2 = stablehlo.add %seed, %r64 : tensor<ui64>\n"
+    "    return %sum, %y, %s2 : tensor<2x3xf32>, tensor<4xi32>, tensor<ui64>\n"
     "  }\n"
     "}\n";
 
@@ -50,7 +53,7 @@ static void test_all_reduce(void) {
   if (rc != MTF_OK) fprintf(stderr, "compile: %s\n", err.msg);
   CHECK(rc == MTF_OK);
   if (exe) {
-    CHECK(mtf_pjrt_executable_num_outputs(exe) == 2);
+    CHECK(mtf_pjrt_executable_num_outputs(exe) == 3);
     CHECK(mtf_pjrt_executable_num_devices(exe) == 2);
     float x[2][6];
     int32_t k[2][4];
@@ -59,44 +62,50 @@ static void test_all_reduce(void) {
       for (int i = 0; i < 4; i++) k[d][i] = 100 * (d + 1) + i;
     }
     int64_t xdims[2] = {2, 3}, kdims[1] = {4};
-    mtf_pjrt_buffer *args[4] = {0};
+    uint64_t seed = (1ull << 40) + 7; /* above 32 bits: a u64 all the way */
+    mtf_pjrt_buffer *args[6] = {0};
     for (int d = 0; d < 2; d++) {
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 2], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 2 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
     }
     CHECK(mtf_pjrt_buffer_host_bytes(rt, args[0], &err) == sizeof x[0]);
-    mtf_pjrt_buffer *outs[4] = {0};
-    rc = mtf_pjrt_execute(rt, exe, 2, args, NULL, outs, &err);
+    mtf_pjrt_buffer *outs[6] = {0};
+    rc = mtf_pjrt_execute(rt, exe, 3, args, NULL, outs, &err);
     if (rc != MTF_OK) fprintf(stderr, "execute: %s\n", err.msg);
     CHECK(rc == MTF_OK);
     for (int d = 0; rc == MTF_OK && d < 2; d++) {
       float sum[6];
       int32_t y[4];
-      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 2], sum, sizeof sum, &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 2 + 1], y, sizeof y, &err) == MTF_OK);
+      uint64_t s2 = 0;
+      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 3], sum, sizeof sum, &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 3 + 1], y, sizeof y, &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 3 + 2], &s2, sizeof s2, &err) == MTF_OK);
       for (int i = 0; i < 6; i++) CHECK(sum[i] == x[0][i] + x[1][i]); /* two terms: exact in either order */
       for (int i = 0; i < 4; i++) CHECK(y[i] == k[d][i] + d);
+      CHECK(s2 == seed + (uint64_t)d);
       /* A wrong size is an error, not a partial copy. */
-      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 2], sum, sizeof sum - 4, &err) == MTF_ERR_INVALID);
+      CHECK(mtf_pjrt_buffer_to_host(rt, outs[d * 3], sum, sizeof sum - 4, &err) == MTF_ERR_INVALID);
       /* x was donated to out0: reading it is an error from the plugin, not stale data. */
-      CHECK(mtf_pjrt_buffer_to_host(rt, args[d * 2], sum, sizeof sum, &err) != MTF_OK);
-      CHECK(mtf_pjrt_buffer_to_host(rt, args[d * 2 + 1], y, sizeof y, &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_to_host(rt, args[d * 3], sum, sizeof sum, &err) != MTF_OK);
+      CHECK(mtf_pjrt_buffer_to_host(rt, args[d * 3 + 1], y, sizeof y, &err) == MTF_OK);
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
       mtf_pjrt_buffer_destroy(rt, args[i]);
       mtf_pjrt_buffer_destroy(rt, outs[i]);
     }
     /* Kept (not donated) arguments can run again and still be read afterwards. */
     for (int d = 0; d < 2; d++) {
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 2], &err) == MTF_OK);
-      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 2 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_F32, xdims, 2, x[d], &args[d * 3], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, kdims, 1, k[d], &args[d * 3 + 1], &err) == MTF_OK);
+      CHECK(mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_U64, NULL, 0, &seed, &args[d * 3 + 2], &err) == MTF_OK);
     }
-    unsigned char keep[2] = {1, 1};
-    CHECK(mtf_pjrt_execute(rt, exe, 2, args, keep, outs, &err) == MTF_OK);
+    unsigned char keep[3] = {1, 1, 1};
+    CHECK(mtf_pjrt_execute(rt, exe, 3, args, keep, outs, &err) == MTF_OK);
     float again[6];
-    CHECK(mtf_pjrt_buffer_to_host(rt, args[2], again, sizeof again, &err) == MTF_OK);
+    CHECK(mtf_pjrt_buffer_to_host(rt, args[3], again, sizeof again, &err) == MTF_OK);
     for (int i = 0; i < 6; i++) CHECK(again[i] == x[1][i]);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
       mtf_pjrt_buffer_destroy(rt, args[i]);
       mtf_pjrt_buffer_destroy(rt, outs[i]);
     }

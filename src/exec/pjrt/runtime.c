@@ -242,10 +242,12 @@ void mtf_pjrt_describe(const mtf_pjrt_runtime *rt, char *out, size_t cap) {
                              rt->device_kinds[i]);
 }
 
-size_t mtf_pjrt_type_size(mtf_pjrt_type type) { return type == MTF_PJRT_F32 || type == MTF_PJRT_S32 ? 4 : 0; }
+size_t mtf_pjrt_type_size(mtf_pjrt_type type) { return type == MTF_PJRT_U64 ? 8 : 4; }
 
 static PJRT_Buffer_Type pjrt_type(mtf_pjrt_type type) {
-  return type == MTF_PJRT_S32 ? PJRT_Buffer_Type_S32 : PJRT_Buffer_Type_F32;
+  return type == MTF_PJRT_S32 ? PJRT_Buffer_Type_S32
+         : type == MTF_PJRT_U64 ? PJRT_Buffer_Type_U64
+                                       : PJRT_Buffer_Type_F32;
 }
 
 static int check_device(const mtf_pjrt_runtime *rt, int device, mtf_error *err) {

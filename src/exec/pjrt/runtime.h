@@ -57,8 +57,10 @@ const char *mtf_pjrt_device_kind(const mtf_pjrt_runtime *rt, int device);
 /* Several lines for `mtf --version` and the start of a run: plugin, platform, version, API, devices. */
 void mtf_pjrt_describe(const mtf_pjrt_runtime *rt, char *out, size_t cap);
 
-/* Element types of buffers (the ones mtf's tensors use). */
-typedef enum mtf_pjrt_type { MTF_PJRT_F32 = 0, MTF_PJRT_S32 = 1 } mtf_pjrt_type;
+/* Element types of buffers: mtf's tensors (f32), token ids and other integers (s32), and u64 scalars (a
+ * plugin-side counter or key; the emitter passes the random offset as two s32 words instead). emit.h uses
+ * this type for its parameters and results. */
+typedef enum mtf_pjrt_type { MTF_PJRT_F32 = 0, MTF_PJRT_S32 = 1, MTF_PJRT_U64 = 2 } mtf_pjrt_type;
 size_t mtf_pjrt_type_size(mtf_pjrt_type type);
 
 /* A buffer of dims[0..rank) (row-major, rank 0 = scalar) on `device`, copied from host `data`, which may
