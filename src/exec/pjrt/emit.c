@@ -23,6 +23,10 @@ void e_rank_values(h_emitter *E, int64_t (*get)(const mtf_step *st, void *arg), 
 }
 
 int e_input(h_emitter *E, const mtf_step *st, int k) {
+  if (k < 0 || k >= st->n_in) {
+    e_fail(E, st, "the emitter reads an input the step does not have");
+    return h_splat(E, 0.0, H_F32, h_shape_of(&st->out_shape));
+  }
   int b = st->in[k], v = E->buffer_value[b];
   h_shape s = h_shape_of(&st->in_shape[k]);
   h_elem e = h_elem_of(st->in_dtype[k]);
@@ -231,13 +235,14 @@ void mtf_pjrt_module_free(mtf_pjrt_module *m) {
 }
 
 int mtf_pjrt_plans_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int n_fetches,
-                          const mtf_tensor *fetches, mtf_plan ***plans, int *n_plans, mtf_error *err) {
+                          const mtf_tensor *fetches, const mtf_plan_options *options, mtf_plan ***plans, int *n_plans,
+                          mtf_error *err) {
   int n = mtf_mesh_size(mesh);
   *plans = calloc((size_t)n, sizeof(mtf_plan *));
   *n_plans = 0;
   if (!*plans) return mtf_error_set(err, MTF_ERR_NOMEM, "pjrt: out of memory");
   for (int r = 0; r < n; r++) {
-    int rc = mtf_plan_create(g, mesh, rules, r, n_fetches, fetches, &(*plans)[r], err);
+    int rc = mtf_plan_create_with_options(g, mesh, rules, r, n_fetches, fetches, options, &(*plans)[r], err);
     if (rc) {
       mtf_pjrt_plans_destroy(*plans, r);
       *plans = NULL;

@@ -68,10 +68,12 @@ int mtf_pjrt_emit(const mtf_plan *const *plans, int n_plans, const mtf_pjrt_emit
                   mtf_pjrt_module *out, mtf_error *err);
 void mtf_pjrt_module_free(mtf_pjrt_module *m);
 
-/* Convenience for tests and the runtime: the mesh's per-rank plans of a graph (as mtf_plan_create for
- * every rank). *plans is an array of mesh-size plans; free with mtf_pjrt_plans_destroy. */
+/* Convenience for tests and the runtime: the mesh's per-rank plans of a graph (mtf_plan_create_with_options
+ * for every rank, with the graph's assigns; options NULL: the defaults). *plans is an array of *n_plans =
+ * mesh-size plans; free with mtf_pjrt_plans_destroy. */
 int mtf_pjrt_plans_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules, int n_fetches,
-                          const mtf_tensor *fetches, mtf_plan ***plans, int *n_plans, mtf_error *err);
+                          const mtf_tensor *fetches, const mtf_plan_options *options, mtf_plan ***plans, int *n_plans,
+                          mtf_error *err);
 void mtf_pjrt_plans_destroy(mtf_plan **plans, int n_plans);
 
 #endif

@@ -210,13 +210,13 @@ static int norm_grad(h_emitter *E, const mtf_step *st) {
   rows2 r;
   int layer = st->op == MTF_OP_LAYER_NORM_GRAD;
   const char *dim = st->params.norm.dim;
-  int x = as_rows(E, st, 0, dim, &r), dy = as_rows(E, st, 1, dim, &r);
+  int x = as_rows(E, st, 0, dim, &r), x64 = f64(E, x);
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], dim)];
-  int x64 = f64(E, x), dy64 = f64(E, dy);
-  if (st->phase == MTF_PHASE_SUM) {
+  if (st->phase == MTF_PHASE_SUM) { /* the one input x */
     e_output(E, st, f32(E, row_reduce(E, x64, "add", 0.0)));
     return MTF_OK;
   }
+  int dy = as_rows(E, st, 1, dim, &r), dy64 = f64(E, dy);
   h_shape rs = {1, {r.R}};
   int total, squares, sdy, sdyc, mean;
   if (st->phase == MTF_PHASE_APPLY) {

@@ -158,12 +158,24 @@ int e_rank_dim_offset(h_emitter *E) {
   return h_rank_int(E, v);
 }
 
+int e_uniform01(h_emitter *E, uint64_t seed, uint64_t key, int index) {
+  const uint64_t G = 0x9e3779b97f4a7c15ULL;
+  h_shape s = h_t(E, index)->s;
+  /* mtf_hash3(seed, stream, i) = mix(mix(mix(seed + G) ^ stream) + i G), stream = mtf_run_key(key, offset) */
+  int stream = h_binop(E, "add", h_splat_u64(E, key, SCALAR), h_binop(E, "multiply", random_offset(E), h_splat_u64(E, G, SCALAR)));
+  int K = mix64(E, h_binop(E, "xor", h_splat_u64(E, mtf_mix64(seed + G), SCALAR), stream));
+  int z = h_binop(E, "add", h_broadcast_scalar(E, K, s), h_binop(E, "multiply", index, h_splat_u64(E, G, s)));
+  int bits = h_binop(E, "shift_right_logical", mix64(E, z), h_splat_u64(E, 11, s));
+  /* ((h >> 11) + 0.5) * 2^-53 in f64, the same roundings as mtf_uniform01 */
+  return h_binop(E, "multiply", h_binop(E, "add", h_convert(E, bits, H_F64), h_splat(E, 0.5, H_F64, s)),
+                 h_splat(E, 1.0 / 9007199254740992.0, H_F64, s));
+}
+
 /* mtf_uniform01(seed, run key, global index) < keep, elementwise, as the CPU's random_keep with
  * mtf_random_extent's numbering (microbatches included). */
 static int random_keep(h_emitter *E, const mtf_step *st) {
   const mtf_shape *os = &st->out_shape;
   h_shape s = h_shape_of(os);
-  const uint64_t G = 0x9e3779b97f4a7c15ULL;
   int micro_dim = E->options.microbatches > 1 && E->options.microbatch_dim
                       ? mtf_shape_index_of(os, E->options.microbatch_dim) : -1;
   int64_t M = micro_dim >= 0 ? E->options.microbatches : 1;
@@ -183,14 +195,7 @@ static int random_keep(h_emitter *E, const mtf_step *st) {
     int pos = h_binop(E, "add", h_iota(E, s, d, H_U64), h_broadcast_scalar(E, h_convert(E, off, H_U64), s));
     index = h_binop(E, "add", index, h_binop(E, "multiply", pos, h_splat_u64(E, strides[d], s)));
   }
-  /* mtf_hash3(seed, stream, i) = mix(mix(mix(seed + G) ^ stream) + i G), stream = key + offset G */
-  int stream = h_binop(E, "add", h_splat_u64(E, st->params.random.key, SCALAR),
-                       h_binop(E, "multiply", random_offset(E), h_splat_u64(E, G, SCALAR)));
-  int K = mix64(E, h_binop(E, "xor", h_splat_u64(E, mtf_mix64(st->seed + G), SCALAR), stream));
-  int z = h_binop(E, "add", h_broadcast_scalar(E, K, s), h_binop(E, "multiply", index, h_splat_u64(E, G, s)));
-  int bits = h_binop(E, "shift_right_logical", mix64(E, z), h_splat_u64(E, 11, s));
-  int u = h_binop(E, "multiply", h_binop(E, "add", h_convert(E, bits, H_F64), h_splat(E, 0.5, H_F64, s)),
-                  h_splat(E, 1.0 / 9007199254740992.0, H_F64, s));
+  int u = e_uniform01(E, st->seed, st->params.random.key, index);
   return as_float01(E, h_compare(E, "LT", u, h_splat(E, (double)st->params.random.keep, H_F64, s)));
 }
 
