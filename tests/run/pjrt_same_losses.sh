@@ -3,14 +3,13 @@
 # trains the test model 20 steps on each under one layout and optimizer, checks every step's loss and
 # gradient norm in metrics.jsonl agree within 1e-4 (relative), then evaluates each run's checkpoint on both
 # backends: the same eval loss within 1e-5 (a checkpoint written on pjrt restores on cpu, and the reverse).
-# The fused attention op has no StableHLO yet, so both use model.fused_attention: false.
 # usage: pjrt_same_losses.sh MTF MPIEXEC CONFIG DATA WORKDIR LAYOUT OPTIMIZER [ARG...] (more mtf options)
 set -euo pipefail
 mtf=$1 mpiexec=$2 config=$3 data=$4 work=$5 layout=$6 optimizer=$7
 shift 7
 rm -rf "$work" && mkdir -p "$work"
 common=("$config" --set "data.train=$data/train-*.h5" --set "data.eval=$data/val-*.h5" --set train.eval_batches=2
-        --mesh "b:2;m:2" --layout "$layout" --set "train.optimizer=$optimizer" --set model.fused_attention=false "$@")
+        --mesh "b:2;m:2" --layout "$layout" --set "train.optimizer=$optimizer" "$@")
 pjrt=(--set backend.kind=pjrt --set backend.local_devices=4)
 # The test of the test: PJRT_EXTRA="--set ..." changes the pjrt runs alone, which must then fail.
 read -r -a extra <<< "${PJRT_EXTRA:-}"
