@@ -37,6 +37,7 @@ struct mtf_pjrt_executable {
   PJRT_LoadedExecutable *loaded;
   int num_outputs;
   int num_devices;
+  int launches; /* runs so far: each run's launch_id */
 };
 
 /* mtf_pjrt_buffer is PJRT_Buffer itself: the handle is only ever cast back. */
@@ -422,7 +423,11 @@ int mtf_pjrt_execute(mtf_pjrt_runtime *rt, mtf_pjrt_executable *exe, int num_arg
     out_lists[d] = (PJRT_Buffer **)(outputs + (size_t)d * (size_t)outs);
   }
   if (rc == MTF_OK) {
+    /* A fresh launch id per run (the XLA CPU client keys its collectives' rendezvous by it, "run_id"), so
+     * that no two runs of one executable share a rendezvous key. */
+    exe->launches = exe->launches % 2000000000 + 1;
     PJRT_ExecuteOptions options = {.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE,
+                                   .launch_id = exe->launches,
                                    .non_donatable_input_indices = kept,
                                    .num_non_donatable_input_indices = num_kept};
     PJRT_LoadedExecutable_Execute_Args e = {.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE,
