@@ -7,7 +7,7 @@
  * within 1e-4 relative, step by step (layout invariance of the engine: same graph, same initial values,
  * same masks).
  *
- *   mpiexec -n 1 test_pjrt_transformer [--steps N] [--config FILE]
+ *   mpiexec -n 1 test_pjrt_transformer [--steps N] [--config FILE] [--layout TEXT]
  *
  * Exit 77 (ctest SKIP) when no PJRT plugin is installed. */
 #include <math.h>
@@ -136,10 +136,11 @@ static int pjrt_losses(mtf_pjrt_runtime *rt, const char *path, const char *mesh,
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int steps = 3;
-  const char *config = "configs/tiny.yaml";
+  const char *config = "configs/tiny.yaml", *extra_layout = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--config") == 0) config = argv[i + 1];
+    else if (strcmp(argv[i], "--layout") == 0) extra_layout = argv[i + 1];
   }
   if (steps < 1 || steps > 64) steps = 3;
   char plugin[4096];
@@ -158,6 +159,7 @@ int main(int argc, char **argv) {
   const char *layouts[][2] = {{"m:1", ""},
                               {"b:2;m:2", "batch:b;heads:m;d_ff:m;vocab:m"},
                               {"b:2;m:2", "batch:b;d_model:m"}};
+  if (extra_layout) layouts[2][1] = extra_layout; /* --layout: another b:2,m:2 layout in place of the last */
   const char *optimizers[] = {"adamw", "adafactor"};
   for (int o = 0; rc == MTF_OK && o < 2; o++) {
   optimizer = optimizers[o];
