@@ -297,6 +297,8 @@ typedef struct mtf_session_options {
   const struct mtf_session *share_variables_with;
   const char *backend; /* backend kind (mtf_backend_check); NULL or "" = "cpu" */
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
+  const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
+  int local_devices;   /* pjrt: devices to ask the plugin for (0: as many as the mesh has) */
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
@@ -304,6 +306,15 @@ typedef struct mtf_session_options {
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
                        mtf_error *err);
 void mtf_session_destroy(mtf_session *s);
+/* backend pjrt, one process owning every device of the mesh: device_plans[r] is mesh rank r's plan of the
+ * graph (device r runs it), all compiled into one program run once per mtf_session_run. host_plan is the
+ * same graph's plan on a one-rank mesh (every axis of size 1) and comm that mesh's communicator: inputs,
+ * fetches, read_slice and write_variable speak of its slices, which are whole tensors. The plans must
+ * outlive the session. train.microbatches > 1 (set_microbatch with count > 1) is refused for now. */
+int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
+                            const mtf_session_options *options, mtf_session **out, mtf_error *err);
+/* Devices the session computes on: 1, or the mesh's size for an spmd session. */
+int mtf_session_devices(const mtf_session *s);
 /* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
  * the plan does not read is accepted and ignored. */
 int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err);

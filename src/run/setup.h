@@ -34,6 +34,12 @@ typedef struct mtf_run_state {
   double dropless_loss;  /* the last mtf_run_evaluate's dropless loss (with `dropless`) */
   mtf_session *apply; /* train.microbatches > 1: the optimizer update (shares train's variables); else NULL */
   int rank; /* in the job (= the mesh rank) */
+  /* backend pjrt (one process owning the mesh's devices): the program and comm above are of a one-rank
+   * "host" mesh (host_mesh: cfg's axes, every one of size 1), so the loader and checkpoints see whole
+   * tensors; device_plans[r] are mesh rank r's plans of the same graph, which the sessions compile. */
+  mtf_shape host_mesh;
+  mtf_program_plans *device_plans;
+  int n_devices;
 } mtf_run_state;
 
 /* backend.kind is built in; for pjrt also that its plugin opens and has as many devices as the mesh needs
