@@ -1,13 +1,13 @@
 #define _POSIX_C_SOURCE 200809L
 /* The emitter on a whole training step: configs/tiny.yaml's transformer (forward with dropout, backward,
- * AdamW update, gradient norm) emitted for a b:2,m:2 mesh of 4 CPU-plugin devices in one process, under a
+ * AdamW or Adafactor update, gradient norm) emitted for a b:2,m:2 mesh of 4 CPU-plugin devices in one process, under a
  * layout splitting batch, heads, d_ff and vocab and one splitting d_model, run for a few steps through the
  * PJRT program layer (variables carried on the devices, dropout differing per step through the random
  * offset), against the cpu backend on one rank (mesh m:1) on the same token batches: the losses must agree
  * within 1e-4 relative, step by step (layout invariance of the engine: same graph, same initial values,
  * same masks).
  *
- *   mpiexec -n 1 test_pjrt_transformer [--steps N] [--config FILE]
+ *   mpiexec -n 1 test_pjrt_transformer [--steps N] [--config FILE] [--layout TEXT]
  *
  * Exit 77 (ctest SKIP) when no PJRT plugin is installed. */
 #include <math.h>
@@ -24,8 +24,11 @@
 
 #define SKIP 77
 
+static const char *optimizer = "adamw";
+
 static int configure(mtf_config *cfg, const char *path, const char *mesh, const char *layout, mtf_error *err) {
-  char set_mesh[256], set_layout[512];
+  char set_mesh[256], set_layout[512], set_optimizer[128];
+  snprintf(set_optimizer, sizeof set_optimizer, "train.optimizer=%s", optimizer);
   snprintf(set_mesh, sizeof set_mesh, "mesh.shape=%s", mesh);
   snprintf(set_layout, sizeof set_layout, "mesh.layout=%s", layout);
   mtf_config_defaults(cfg);
@@ -34,6 +37,7 @@ static int configure(mtf_config *cfg, const char *path, const char *mesh, const 
   MTF_CHECK(mtf_config_set(cfg, set_layout, err));
   MTF_CHECK(mtf_config_set(cfg, "model.dropout=0.1", err));
   MTF_CHECK(mtf_config_set(cfg, "train.batch=8", err));
+  MTF_CHECK(mtf_config_set(cfg, set_optimizer, err));
   return mtf_config_validate(cfg, err);
 }
 
@@ -131,13 +135,14 @@ static int pjrt_losses(mtf_pjrt_runtime *rt, const char *path, const char *mesh,
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  int steps = 4;
-  const char *config = "configs/tiny.yaml";
+  int steps = 3;
+  const char *config = "configs/tiny.yaml", *extra_layout = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--config") == 0) config = argv[i + 1];
+    else if (strcmp(argv[i], "--layout") == 0) extra_layout = argv[i + 1];
   }
-  if (steps < 1 || steps > 64) steps = 4;
+  if (steps < 1 || steps > 64) steps = 3;
   char plugin[4096];
   mtf_error err = {0};
   if (mtf_pjrt_resolve_plugin(NULL, plugin, sizeof plugin, &err) != MTF_OK || access(plugin, R_OK) != 0) {
@@ -146,15 +151,21 @@ int main(int argc, char **argv) {
     return SKIP;
   }
   double want[64], got[64];
-  int rc = cpu_losses(config, steps, want, &err);
-  if (rc != MTF_OK) fprintf(stderr, "cpu: %s\n", err.msg);
-  CHECK(rc == MTF_OK);
   mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = 4};
   mtf_pjrt_runtime *rt = NULL;
-  if (rc == MTF_OK && (rc = mtf_pjrt_open(&options, &rt, &err)) != MTF_OK) fprintf(stderr, "pjrt: %s\n", err.msg);
+  int rc = mtf_pjrt_open(&options, &rt, &err);
+  if (rc != MTF_OK) fprintf(stderr, "pjrt: %s\n", err.msg);
+  CHECK(rc == MTF_OK);
   const char *layouts[][2] = {{"m:1", ""},
                               {"b:2;m:2", "batch:b;heads:m;d_ff:m;vocab:m"},
                               {"b:2;m:2", "batch:b;d_model:m"}};
+  if (extra_layout) layouts[2][1] = extra_layout; /* --layout: another b:2,m:2 layout in place of the last */
+  const char *optimizers[] = {"adamw", "adafactor"};
+  for (int o = 0; rc == MTF_OK && o < 2; o++) {
+  optimizer = optimizers[o];
+  rc = cpu_losses(config, steps, want, &err);
+  if (rc != MTF_OK) fprintf(stderr, "cpu: %s\n", err.msg);
+  CHECK(rc == MTF_OK);
   for (size_t l = 0; rc == MTF_OK && l < sizeof layouts / sizeof layouts[0]; l++) {
     int lrc = pjrt_losses(rt, config, layouts[l][0], layouts[l][1], steps, got, &err);
     if (lrc != MTF_OK) fprintf(stderr, "pjrt %s '%s': %s\n", layouts[l][0], layouts[l][1], err.msg);
@@ -166,9 +177,10 @@ int main(int argc, char **argv) {
       printf("  step %d: cpu %.7f pjrt %.7f\n", s + 1, want[s], got[s]);
     }
     int pass = lrc == MTF_OK && worst <= 1e-4;
-    printf("%s pjrt %s '%s': %d training steps, largest relative loss difference to cpu %.2e\n", pass ? "ok  " : "FAIL",
-           layouts[l][0], layouts[l][1], steps, worst);
+    printf("%s pjrt %s %s '%s': %d training steps, largest relative loss difference to cpu %.2e\n",
+           pass ? "ok  " : "FAIL", optimizer, layouts[l][0], layouts[l][1], steps, worst);
     CHECK(pass);
+  }
   }
   mtf_pjrt_close(rt);
   MPI_Finalize();
