@@ -300,7 +300,7 @@ typedef struct mtf_session_options {
   const char *backend; /* backend kind (mtf_backend_check); NULL or "" = "cpu" */
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
   const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
-  int local_devices;   /* pjrt: devices to ask the plugin for (0: as many as the mesh has) */
+  int local_devices;   /* pjrt: devices to ask the plugin for (0: the plugin's default, all on TPU/GPU) */
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;

@@ -24,7 +24,9 @@ int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const 
   if (rc == MTF_OK && share) {
     s->rt = share->rt;
   } else if (rc == MTF_OK) {
-    mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = local_devices > 0 ? local_devices : n_devices};
+    /* As configured: 0 asks for no count (a TPU or GPU plugin uses all its chips; "cpu_device_count" is
+     * only the CPU plugin's option), and too few devices is compile's clear error. */
+    mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = local_devices};
     rc = mtf_pjrt_open(&options, &s->rt, err);
     s->owns_runtime = rc == MTF_OK;
   }
