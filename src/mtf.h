@@ -112,6 +112,8 @@ mtf_tensor mtf_sigmoid(mtf_graph *g, mtf_tensor x);
 mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x);
 mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x); /* tanh approximation */
 mtf_tensor mtf_swish(mtf_graph *g, mtf_tensor x); /* x * sigmoid(x) (SiLU) */
+mtf_tensor mtf_sin(mtf_graph *g, mtf_tensor x);
+mtf_tensor mtf_cos(mtf_graph *g, mtf_tensor x);
 mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x);
 
 /* ---- fused ops over a named dim (one kernel; phases with max/sum allreduces when the dim is split) and

@@ -42,6 +42,14 @@ static const key_spec schema[] = {
     {"model.tie_embeddings", KEY_BOOL, F(model.tie_embeddings), "true", 0, 1, NULL,
      "logits from the embedding (scaled by d_model^-0.5) instead of a separate [d_model, vocab]"},
     {"model.dropout", KEY_FLOAT, F(model.dropout), "0.0", 0, 0.99, NULL, "dropout rate in training"},
+    {"model.kv_heads", KEY_INT, F(model.kv_heads), "0", 0, 1 << 16, NULL,
+     "key/value heads (0 = model.heads); 1 = multi-query, between = grouped: heads/kv_heads queries share each"},
+    {"model.position", KEY_CHOICE, F(model.position), "learned", 0, 0, "learned|relative_bias|rotary|none",
+     "position signal: learned embedding wpe, T5 relative bias on the logits, rotary q and k, or none"},
+    {"model.relative_num_buckets", KEY_INT, F(model.relative_num_buckets), "32", 2, 1 << 16, NULL,
+     "relative_bias: buckets of relative distance (T5's num_buckets)"},
+    {"model.relative_max_distance", KEY_INT, F(model.relative_max_distance), "128", 2, 1 << 24, NULL,
+     "relative_bias: distances from this on share the last bucket (T5's max_distance)"},
     {"model.fused_attention", KEY_BOOL, F(model.fused_attention), "true", 0, 1, NULL,
      "attention as one fused op (blockwise softmax, dropout inside, no [length, length] tensors)"},
     {"model.z_loss", KEY_FLOAT, F(model.z_loss), "0.0001", 0, 1, NULL, "weight of log(Z)^2 in the loss"},
@@ -487,6 +495,39 @@ static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
   return MTF_OK;
 }
 
+/* model.kv_heads and model.position against the model and the layout (model/attention_block.h). */
+static int check_attention(mtf_config *cfg, const char *src, mtf_error *err) {
+  mtf_model_config *m = &cfg->model;
+  if (m->kv_heads == 0) m->kv_heads = m->heads;
+  if (m->heads % m->kv_heads != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.kv_heads (%lld) does not divide model.heads (%lld): each "
+                         "key/value head serves heads/kv_heads query heads; pick a divisor of %lld (1 = multi-query)",
+                         src, (long long)m->kv_heads, (long long)m->heads, (long long)m->heads);
+  const char *axis = NULL;
+  int64_t split = split_of(cfg, "kv_heads", &axis);
+  if (m->kv_heads < m->heads && m->kv_heads % split != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.kv_heads (%lld) is split over mesh axis '%s' (size %lld) by "
+                         "the layout rule 'kv_heads:%s', which does not divide it: drop the rule (the key/value heads "
+                         "are then replicated on every rank of '%s' while heads stay split: the multi-query way), or "
+                         "use kv_heads divisible by %s's size %lld", src, (long long)m->kv_heads, axis,
+                         (long long)split, axis, axis, axis, (long long)split);
+  if (!strcmp(m->position, "rotary") && m->d_kv % 2 != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.position rotary rotates pairs of key/query components, so "
+                         "model.d_kv must be even (it is %lld): use d_kv %lld or %lld", src, (long long)m->d_kv,
+                         (long long)(m->d_kv - 1), (long long)(m->d_kv + 1));
+  if (!strcmp(m->position, "relative_bias")) {
+    if (m->fused_attention)
+      return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.position relative_bias adds a bias to the attention logits, "
+                           "which the fused attention kernel does not take: set model.fused_attention: false", src);
+    if (m->relative_max_distance <= m->relative_num_buckets / 2)
+      return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.relative_max_distance (%lld) must be above half of "
+                           "model.relative_num_buckets (%lld): the first half of the buckets are exact distances, "
+                           "the rest cover distances up to max_distance logarithmically (T5: 32 buckets, 128)", src,
+                           (long long)m->relative_max_distance, (long long)m->relative_num_buckets);
+  }
+  return MTF_OK;
+}
+
 int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   const char *src = cfg->source[0] ? cfg->source : "config";
   MTF_CHECK(mtf_mesh_validate(&cfg->mesh_shape, err));
@@ -500,6 +541,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
                          (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   MTF_CHECK(check_moe(cfg, src, err));
   MTF_CHECK(check_gated(cfg, src, err));
+  MTF_CHECK(check_attention(cfg, src, err));
   if (cfg->model.label_smoothing >= 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.label_smoothing is %g: it must be below 1 (at 1 the loss "
                          "ignores the labels); 0.1 is usual, 0 turns smoothing off", src, cfg->model.label_smoothing);

@@ -24,6 +24,9 @@ typedef struct mtf_model_config {
   int tie_embeddings;
   double dropout, z_loss;
   int fused_attention;              /* attention as one fused op (ops/attention.c) */
+  int64_t kv_heads;                 /* key/value heads (validation sets 0 to heads); divides heads */
+  char position[MTF_CONFIG_TEXT];   /* learned | relative_bias | rotary | none (model/position.h) */
+  int64_t relative_num_buckets, relative_max_distance; /* relative_bias: T5's bucketing */
   struct mtf_moe_config {           /* model.moe: mixture-of-experts feed-forward layers (model/moe.h) */
     int64_t experts;                /* 0: every layer dense */
     int64_t every;                  /* layers every-1, 2*every-1, ... are MoE */

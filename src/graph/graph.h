@@ -66,6 +66,7 @@ typedef enum mtf_unary_kind {
   MTF_UN_GELU_GRAD, /* d gelu / dx */
   MTF_UN_SWISH,      /* x sigmoid(x) (SiLU): one op, so its sigmoid is not kept for the backward pass */
   MTF_UN_SWISH_GRAD, /* d swish / dx = s (1 + x (1 - s)), s = sigmoid(x) */
+  MTF_UN_SIN, MTF_UN_COS, /* rotary position angles (model/position.c) */
 } mtf_unary_kind;
 
 /* Typed parameters of a node, by op; a plan step carries a copy, so kernels never read the graph. */

@@ -1,5 +1,8 @@
 #include "model/transformer.h"
 
+#include "model/attention_block.h"
+#include "model/position.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@ typedef struct builder {
   /* DECODE: each row's position as one-hot [batch, memory_length] and the memory positions it may attend
    * to (<= its position) [memory_length, batch]. */
   mtf_tensor position_hot, attend;
+  mtf_tensor relative_bias; /* model.position relative_bias: the stack's bias on the logits (else none) */
 } builder;
 
 static mtf_shape shape_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -60,102 +64,22 @@ static mtf_tensor norm(builder *b, mtf_tensor x, const char *prefix) {
 
 static mtf_tensor dropout(builder *b, mtf_tensor x) { return mtf_dropout(b->g, x, b->dropout, b->dropout_key++); }
 
-/* A layer's key or value cache (transient: not model state, never checkpointed), shared by every build of
- * the graph. */
-static mtf_tensor cache_variable(builder *b, const char *prefix, const char *which, int64_t batch) {
-  char name[96];
-  snprintf(name, sizeof name, "%s/cache_%s", prefix, which);
-  mtf_tensor v = mtf_find_variable(b->g, name);
-  if (v != MTF_NO_TENSOR) return v;
-  mtf_shape shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld,d_kv:%lld", (long long)batch,
-                             (long long)b->m->heads, (long long)b->m->length, (long long)b->m->d_kv);
-  return mtf_transient_variable(b->g, name, &shape);
-}
+static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale);
 
-/* PREFILL: the prompt's keys or values [batch, memory_length, heads, d_kv] become the cache. */
-static void cache_fill(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
-  mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  mtf_tensor reordered = mtf_einsum(b->g, 1, &kv, mtf_tensor_shape(b->g, cache));
-  if (mtf_assign(b->g, cache, reordered) == MTF_OK) b->t->n_assigns++;
-}
-
-/* DECODE: the new key or value [batch, heads, d_kv] written at each row's position along memory_length
- * (write_at: assigned back to the cache variable, it writes in place, one row per (batch, head), not a pass
- * over the cache). Returns the updated cache, which attention reads. */
-static mtf_tensor cache_write(builder *b, const char *prefix, const char *which, mtf_tensor kv, int64_t batch) {
-  mtf_graph *g = b->g;
-  mtf_tensor cache = cache_variable(b, prefix, which, batch);
-  mtf_tensor updated = mtf_write_at(g, cache, kv, b->t->positions, "memory_length");
-  if (mtf_assign(g, cache, updated) == MTF_OK) b->t->n_assigns++;
-  return updated;
-}
-
-/* DECODE: attention of each row's one new token over its cache prefix (memory positions <= its position);
- * the same function as the training path's row at that position. Returns [batch, d_model]. */
-static mtf_tensor decode_attention(builder *b, mtf_tensor h, const mtf_tensor w[4], const char *prefix,
-                                   int64_t batch) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  mtf_shape bhd = shape_of("batch:%lld,heads:%lld,d_kv:%lld", (long long)batch, (long long)m->heads,
-                           (long long)m->d_kv);
-  mtf_shape scores_shape = shape_of("batch:%lld,heads:%lld,memory_length:%lld", (long long)batch,
-                                    (long long)m->heads, (long long)m->length);
-  mtf_shape out_shape = shape_of("batch:%lld,d_model:%lld", (long long)batch, (long long)m->d_model);
-  mtf_tensor q = mtf_einsum2(g, h, w[0], &bhd);
-  mtf_tensor k = cache_write(b, prefix, "k", mtf_einsum2(g, h, w[1], &bhd), batch);
-  mtf_tensor v = cache_write(b, prefix, "v", mtf_einsum2(g, h, w[2], &bhd), batch);
-  mtf_tensor scores = mtf_masked_fill(g, mtf_einsum2(g, q, k, &scores_shape), b->attend, -1e9f);
-  mtf_tensor o = mtf_einsum2(g, mtf_softmax(g, scores, "memory_length"), v, &bhd);
-  return mtf_einsum2(g, o, w[3], &out_shape);
-}
-
+/* Norm, the attention block (model/attention_block.h), dropout, residual. */
 static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape *activations) {
-  const mtf_model_config *m = b->m;
-  mtf_graph *g = b->g;
-  char prefix[64], name[96];
+  char prefix[64];
   snprintf(prefix, sizeof prefix, "layer_%03d/attn", layer);
   mtf_tensor h = norm(b, x, prefix);
-  mtf_shape w_shape = shape_of("d_model:%lld,heads:%lld,d_kv:%lld", (long long)m->d_model, (long long)m->heads,
-                               (long long)m->d_kv);
-  mtf_shape o_shape = shape_of("heads:%lld,d_kv:%lld,d_model:%lld", (long long)m->heads, (long long)m->d_kv,
-                               (long long)m->d_model);
-  float in_scale = 1.0f / sqrtf((float)m->d_model);
-  snprintf(name, sizeof name, "%s/wq", prefix);
-  mtf_tensor wq = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale / sqrtf((float)m->d_kv));
-  snprintf(name, sizeof name, "%s/wk", prefix);
-  mtf_tensor wk = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale);
-  snprintf(name, sizeof name, "%s/wv", prefix);
-  mtf_tensor wv = param(b, name, &w_shape, MTF_INIT_NORMAL, in_scale);
-  snprintf(name, sizeof name, "%s/wo", prefix);
-  mtf_tensor wo = param(b, name, &o_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)(m->heads * m->d_kv)));
-  if (b->mode == MTF_MODE_DECODE) {
-    const mtf_tensor w[4] = {wq, wk, wv, wo};
-    return mtf_add(g, x, decode_attention(b, h, w, prefix, activations->dims[0].size));
-  }
-
-  mtf_shape qkv = shape_of("batch:%lld,length:%lld,heads:%lld,d_kv:%lld", (long long)activations->dims[0].size,
-                           (long long)m->length, (long long)m->heads, (long long)m->d_kv);
-  mtf_tensor q = mtf_einsum2(g, h, wq, &qkv);
-  mtf_tensor k = mtf_rename(g, mtf_einsum2(g, h, wk, &qkv), "length", "memory_length");
-  mtf_tensor v = mtf_rename(g, mtf_einsum2(g, h, wv, &qkv), "length", "memory_length");
-  if (b->mode == MTF_MODE_PREFILL) {
-    cache_fill(b, prefix, "k", k, activations->dims[0].size);
-    cache_fill(b, prefix, "v", v, activations->dims[0].size);
-  }
-  mtf_tensor o;
-  if (m->fused_attention) {
-    /* The same function, dropout mask included (the same key), without the [batch, heads, length,
-     * memory_length] tensors; the scores' scale is in wq's initialisation. */
-    o = mtf_causal_attention(g, q, k, v, "length", "memory_length", "d_kv", 1.0f, b->dropout, b->dropout_key++);
-  } else {
-    mtf_shape logits_shape = shape_of("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
-                                      (long long)activations->dims[0].size, (long long)m->heads, (long long)m->length,
-                                      (long long)m->length);
-    mtf_tensor logits = mtf_causal_mask(g, mtf_einsum2(g, q, k, &logits_shape), "length", "memory_length");
-    mtf_tensor weights = dropout(b, mtf_softmax(g, logits, "memory_length"));
-    o = mtf_einsum2(g, weights, v, &qkv);
-  }
-  return mtf_add(g, x, dropout(b, mtf_einsum2(g, o, wo, activations)));
+  mtf_attention_env env = {.g = b->g, .model = b->m, .param = moe_param, .param_ctx = b, .mode = b->mode,
+                           .batch = activations->dims[0].size, .dropout = b->dropout,
+                           .dropout_key = &b->dropout_key, .n_assigns = &b->t->n_assigns,
+                           .positions = b->t->positions, .attend = b->attend};
+  mtf_attention_options options = mtf_attention_defaults();
+  options.rotary = strcmp(b->m->position, "rotary") == 0;
+  options.bias = b->relative_bias;
+  mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
+  return mtf_add(b->g, x, b->mode == MTF_MODE_DECODE ? out : dropout(b, out));
 }
 
 static mtf_tensor moe_param(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
@@ -227,7 +151,27 @@ static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_t
   b->position_hot = mtf_one_hot(g, b->t->positions, &memory);
   mtf_tensor position = mtf_reduce_sum(g, mtf_multiply(g, b->position_hot, memory_index), &rows);
   b->attend = mtf_less_equal(g, memory_index, position);
-  return mtf_add(g, mtf_gather(g, wte, b->t->tokens, "vocab"), mtf_gather(g, wpe, b->t->positions, "length"));
+  mtf_tensor x = mtf_gather(g, wte, b->t->tokens, "vocab");
+  return wpe == MTF_NO_TENSOR ? x : mtf_add(g, x, mtf_gather(g, wpe, b->t->positions, "length"));
+}
+
+/* model.position relative_bias: T5 shares one table [heads, relative_buckets] across the layers of a stack
+ * (relative_bias/decoder) and adds its lookup at each (query, memory) pair's relative position to every
+ * layer's logits: [heads, memory_length, length], or in DECODE [heads, memory_length, batch] at each row's
+ * position. */
+static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  char name[96];
+  snprintf(name, sizeof name, "relative_bias/%s", stack);
+  mtf_shape table_shape = shape_of("heads:%lld,relative_buckets:%lld", (long long)m->heads,
+                                   (long long)m->relative_num_buckets);
+  mtf_tensor table = param(b, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
+  mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
+  mtf_tensor query_position = b->mode == MTF_MODE_DECODE ? mtf_to_float(g, b->t->positions) : mtf_range(g, &query);
+  mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), query_position);
+  return mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets, m->relative_max_distance,
+                           m->length - 1);
 }
 
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
@@ -237,6 +181,12 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
 
 int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
                                mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
+  /* A config that did not go through mtf_config_validate (library callers, tests) has kv_heads 0: as many
+   * K/V heads as heads, as validation would resolve it. */
+  mtf_model_config resolved = *m;
+  if (resolved.kv_heads <= 0) resolved.kv_heads = resolved.heads;
+  if (!resolved.position[0]) snprintf(resolved.position, sizeof resolved.position, "learned");
+  m = &resolved;
   memset(out, 0, sizeof *out);
   out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
   out->first_assign = mtf_graph_num_assigns(g);
@@ -262,9 +212,17 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     out->positions = mtf_input_int(g, "prefill_last", &rows);
   }
   mtf_tensor wte = param(&b, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
-  mtf_tensor wpe = param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
-  mtf_tensor x = mode == MTF_MODE_DECODE ? decode_inputs(&b, batch, wte, wpe)
-                                         : dropout(&b, mtf_add(g, mtf_gather(g, wte, out->tokens, "vocab"), wpe));
+  /* The learned position embedding exists only for model.position learned (model/position.h: the others). */
+  int learned = strcmp(m->position, "learned") == 0;
+  mtf_tensor wpe = learned ? param(&b, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f) : MTF_NO_TENSOR;
+  mtf_tensor x;
+  if (mode == MTF_MODE_DECODE) {
+    x = decode_inputs(&b, batch, wte, wpe);
+  } else {
+    x = mtf_gather(g, wte, out->tokens, "vocab");
+    x = dropout(&b, learned ? mtf_add(g, x, wpe) : x);
+  }
+  b.relative_bias = strcmp(m->position, "relative_bias") == 0 ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
   /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
    * its input x in the backward pass (mtf_gradients_recompute); otherwise the marks change nothing. */
   for (int layer = 0; layer < m->layers; layer++) {

@@ -7,7 +7,12 @@
  * [d_model, vocab]) -> mean softmax cross-entropy (+ z-loss), with train.label_smoothing eps
  * (1-eps) xent + eps mean_vocab(-log_softmax) in the training loss (token_loss stays plain cross-entropy).
  *
- * Variable names are stable, since checkpoints use them: embed/wte, embed/wpe,
+ * The attention block is model/attention_block.h (model.kv_heads: wk, wv [d_model, kv_heads, d_kv]);
+ * model.position (model/position.h) picks the position signal: embed/wpe (learned), a relative bias table
+ * relative_bias/decoder [heads, relative_buckets] shared by the layers, rotary q and k, or none.
+ *
+ * Variable names are stable, since checkpoints use them: embed/wte, embed/wpe (learned positions only),
+ * relative_bias/decoder (relative_bias only),
  * layer_NNN/attn/{norm_scale, norm_bias, wq, wk, wv, wo}, layer_NNN/mlp/{norm_scale, norm_bias, wi, wo}
  * (wi_0 and wi_1 in place of wi when gated),
  * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied).
@@ -23,7 +28,7 @@
 
 /* What one build computes. TRAIN: the full forward over [batch, length] (loss, logits), for training and
  * evaluation (and generate --no-cache). PREFILL: the same forward over a prompt, which also writes every
- * layer's keys and values into its cache (transient variables layer_NNN/attn/cache_{k,v} [batch, heads,
+ * layer's keys and values into its cache (transient variables layer_NNN/attn/cache_{k,v} [batch, kv_heads,
  * memory_length, d_kv]) and gives the logits at each row's last prompt position. DECODE: one new token per
  * row at its own position: the layer's key and value are written into the caches at that position and
  * attention reads the filled prefix only. Builds of one graph share the weights and the caches. */

@@ -24,6 +24,8 @@ mtf_tensor mtf_sigmoid(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_
 mtf_tensor mtf_relu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_RELU, 0, 0); }
 mtf_tensor mtf_gelu(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_GELU, 0, 0); }
 mtf_tensor mtf_swish(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_SWISH, 0, 0); }
+mtf_tensor mtf_sin(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_SIN, 0, 0); }
+mtf_tensor mtf_cos(mtf_graph *g, mtf_tensor x) { return mtf_unary(g, x, MTF_UN_COS, 0, 0); }
 
 static int same_shape_infer(mtf_graph *g, mtf_node *n) {
   if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
@@ -52,6 +54,8 @@ static void unary_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
     case MTF_UN_RELU: d = mtf_multiply(g, dy, mtf_unary(g, x, MTF_UN_STEP, 0, 0)); break;
     case MTF_UN_GELU: d = mtf_gelu_grad(g, x, dy); break; /* one fused op (ops/fused_grad.c) */
     case MTF_UN_SWISH: d = mtf_multiply(g, dy, mtf_unary(g, x, MTF_UN_SWISH_GRAD, 0, 0)); break;
+    case MTF_UN_SIN: d = mtf_multiply(g, dy, mtf_cos(g, x)); break;
+    case MTF_UN_COS: d = mtf_multiply(g, dy, mtf_scalar_multiply(g, mtf_sin(g, x), -1.0f)); break;
     case MTF_UN_STEP:
     case MTF_UN_GELU_GRAD:
     case MTF_UN_SWISH_GRAD: break; /* piecewise constant / only used inside gradients */
@@ -85,6 +89,8 @@ double mtf_unary_reference(mtf_unary_kind fn, double a, double b, double x) {
       return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x);
     }
     case MTF_UN_SWISH: return x / (1.0 + exp(-x));
+    case MTF_UN_SIN: return sin(x);
+    case MTF_UN_COS: return cos(x);
     case MTF_UN_SWISH_GRAD: {
       double s = 1.0 / (1.0 + exp(-x));
       return s * (1.0 + x * (1.0 - s));

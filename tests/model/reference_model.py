@@ -68,17 +68,60 @@ def feed_forward(h, p, prefix, activation):
     return hidden @ p[prefix + "/wo"]
 
 
+def t5_bucket(relative, bidirectional, num_buckets, max_distance):
+    """README "Attention options": the bucket of memory position - query position."""
+    n, bucket = -relative, 0
+    if bidirectional:
+        num_buckets //= 2
+        bucket += num_buckets if n < 0 else 0
+        n = abs(n)
+    else:
+        n = max(n, 0)
+    exact = num_buckets // 2
+    if n < exact:
+        return bucket + n
+    large = exact + int(math.floor(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+    return bucket + min(large, num_buckets - 1)
+
+
+def relative_bias(model, p, length):
+    """[heads, query, memory]: the shared table at each pair's bucket."""
+    buckets = torch.tensor([[t5_bucket(m - q, False, model["relative_num_buckets"], model["relative_max_distance"])
+                             for m in range(length)] for q in range(length)])
+    return p["relative_bias/decoder"][:, buckets]
+
+
+def rotary(x):
+    """RoPE, halves form: x cos(p theta) + rotate_half(x) sin(p theta), x [batch, heads, length, d]."""
+    length, d = x.shape[-2], x.shape[-1]
+    theta = torch.tensor([10000.0 ** (-2 * (i % (d // 2)) / d) for i in range(d)])
+    angle = torch.arange(length, dtype=torch.float64)[:, None] * theta[None, :]
+    rotated = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    return x * torch.cos(angle) + rotated * torch.sin(angle)
+
+
 def logits_of(model, p, tokens):
     length = tokens.shape[1]
-    x = p["embed/wte"][tokens] + p["embed/wpe"][:length]
+    position = model.get("position", "learned")
+    x = p["embed/wte"][tokens]
+    if position == "learned":
+        x = x + p["embed/wpe"][:length]
     causal = torch.ones(length, length).tril().bool()
+    heads = model["heads"]
+    kv_heads = model.get("kv_heads", 0) or heads
+    bias = relative_bias(model, p, length) if position == "relative_bias" else 0
     for layer in range(model["layers"]):
         prefix = "layer_%03d/attn" % layer
         h = norm(x, p, prefix, model["norm"])
         q = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wq"])  # the scale 1/sqrt(d_kv) is in wq
-        k = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wk"])
+        k = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wk"])  # [batch, kv_heads, length, d_kv]
         v = torch.einsum("bld,dhk->bhlk", h, p[prefix + "/wv"])
-        scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, float("-inf"))
+        if position == "rotary":
+            q, k = rotary(q), rotary(k)
+        # query head i uses K/V head floor(i * kv_heads / heads)
+        group = torch.tensor([i * kv_heads // heads for i in range(heads)])
+        k, v = k[:, group], v[:, group]
+        scores = (q @ k.transpose(-1, -2) + bias).masked_fill(~causal, float("-inf"))
         o = torch.softmax(scores, -1) @ v
         x = x + torch.einsum("bhlk,hkd->bld", o, p[prefix + "/wo"])
         prefix = "layer_%03d/mlp" % layer

@@ -123,6 +123,9 @@ static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n,
     case MTF_UN_GELU: for (int64_t i = 0; i < n; i++) out[i] = mtf_geluf(in[i]); break;
     case MTF_UN_GELU_GRAD: for (int64_t i = 0; i < n; i++) out[i] = mtf_gelu_gradf(in[i]); break;
     case MTF_UN_SWISH: for (int64_t i = 0; i < n; i++) out[i] = in[i] * mtf_sigmoidf(in[i]); break;
+    /* In double: rotary angles reach model.length radians, where sinf's argument reduction is the weak part. */
+    case MTF_UN_SIN: for (int64_t i = 0; i < n; i++) out[i] = (float)sin((double)in[i]); break;
+    case MTF_UN_COS: for (int64_t i = 0; i < n; i++) out[i] = (float)cos((double)in[i]); break;
     case MTF_UN_SWISH_GRAD:
       for (int64_t i = 0; i < n; i++) {
         float s = mtf_sigmoidf(in[i]);
