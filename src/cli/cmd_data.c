@@ -18,6 +18,7 @@
 #include "io/loader.h"
 #include "io/prepare.h"
 #include "io/shard_sink.h"
+#include "io/segments.h"
 #include "io/synth.h"
 #include "io/tokenize.h"
 
@@ -29,6 +30,7 @@ static void data_usage(FILE *out) {
           "                        [--shard-tokens N] [--val-fraction F] [--force]\n"
           "       mtf data synth --task copy|reverse|sort|add --output DIR [--examples N] [--length T]\n"
           "                      [--seed S] [--shard-tokens N] [--val-fraction F] [--force]\n"
+          "                      [--pack T [--one-per-row]]\n"
           "       mtf data inspect DATA...\n"
           "       mpiexec -n N mtf data check --data DATA --batch B --length T [--mesh SHAPE] [--layout RULES]\n"
           "                      [--steps K] [--seed S] [--prefetch D] [--vocab V] [--show]\n"
@@ -52,6 +54,9 @@ static void data_usage(FILE *out) {
           "  --force             replace train-*/val-* shards already in DIR\n"
           "  --examples N        train examples (default 10000)     --length T   operand length (default 8)\n"
           "  --seed S            random seed (default 1)\n"
+          "  --pack T            synth: whole examples packed into rows of T tokens, padding after, with a\n"
+          "                      'segments' dataset of document ids (data.pack: segments; docs/DATA.md)\n"
+          "  --one-per-row       with --pack: one example a row (the same documents unpacked)\n"
           "  --batch B           global batch (windows per step)   --length T   tokens per window, plus one\n"
           "  --steps K           steps to read (default 10)        --prefetch D batches read ahead (default 2)\n"
           "  --vocab V           the model's vocabulary: every token id must be below it (default: the\n"
@@ -88,7 +93,7 @@ static int parse_fraction(const char *text, double *out) {
 
 enum { OPT_INPUT = 256, OPT_OUTPUT, OPT_TOKENIZER, OPT_SHARD_TOKENS, OPT_VAL_FRACTION, OPT_FORCE, OPT_TASK,
        OPT_EXAMPLES, OPT_LENGTH, OPT_SEED, OPT_DATA, OPT_BATCH, OPT_MESH, OPT_LAYOUT, OPT_STEPS, OPT_PREFETCH,
-       OPT_VOCAB, OPT_SHOW };
+       OPT_VOCAB, OPT_SHOW, OPT_PACK, OPT_ONE_PER_ROW };
 
 static const struct option data_options[] = {
     {"input", required_argument, 0, OPT_INPUT},       {"output", required_argument, 0, OPT_OUTPUT},
@@ -100,6 +105,7 @@ static const struct option data_options[] = {
     {"mesh", required_argument, 0, OPT_MESH},         {"layout", required_argument, 0, OPT_LAYOUT},
     {"steps", required_argument, 0, OPT_STEPS},       {"prefetch", required_argument, 0, OPT_PREFETCH},
     {"vocab", required_argument, 0, OPT_VOCAB},       {"show", no_argument, 0, OPT_SHOW},
+    {"pack", required_argument, 0, OPT_PACK},         {"one-per-row", no_argument, 0, OPT_ONE_PER_ROW},
     {"help", no_argument, 0, 'h'},                    {0, 0, 0, 0}};
 
 /* Everything any data subcommand accepts; each subcommand refuses what it does not use. */
@@ -107,9 +113,9 @@ typedef struct data_args {
   const char *inputs[MAX_INPUTS];
   int input_count;
   const char *output, *tokenizer, *task, *data, *mesh, *layout;
-  long long shard_tokens, examples, length, seed, batch, steps, prefetch, vocab;
+  long long shard_tokens, examples, length, seed, batch, steps, prefetch, vocab, pack;
   double val_fraction;
-  int force, show, help, val_fraction_set;
+  int force, show, help, val_fraction_set, one_per_row;
   unsigned seen; /* bit (option - OPT_INPUT) set when given */
 } data_args;
 
@@ -141,6 +147,8 @@ static int parse_args(int argc, char **argv, data_args *args) {
       case OPT_LAYOUT: args->layout = optarg; break;
       case OPT_FORCE: args->force = 1; break;
       case OPT_SHOW: args->show = 1; break;
+      case OPT_ONE_PER_ROW: args->one_per_row = 1; break;
+      case OPT_PACK: if (parse_int("pack", optarg, 1, 1LL << 20, &args->pack)) return -1; break;
       case OPT_VAL_FRACTION:
         if (parse_fraction(optarg, &args->val_fraction)) return -1;
         args->val_fraction_set = 1;
@@ -204,13 +212,16 @@ static int run_prepare(const data_args *args) {
 
 static int run_synth(const data_args *args) {
   if (only_options(args, "synth", BIT(OPT_TASK) | BIT(OPT_OUTPUT) | BIT(OPT_EXAMPLES) | BIT(OPT_LENGTH) |
-                                      BIT(OPT_SEED) | BIT(OPT_SHARD_TOKENS) | BIT(OPT_VAL_FRACTION) | BIT(OPT_FORCE)))
+                                      BIT(OPT_SEED) | BIT(OPT_SHARD_TOKENS) | BIT(OPT_VAL_FRACTION) | BIT(OPT_FORCE) |
+                                      BIT(OPT_PACK) | BIT(OPT_ONE_PER_ROW)))
     return usage_error(NULL);
   if (!args->task || !args->output) return usage_error("synth needs --task and --output");
+  if (args->one_per_row && !args->pack) return usage_error("--one-per-row goes with --pack T");
   mtf_synth_options opts = {.output_dir = args->output, .examples = args->examples,
                             .length = args->length ? (int)(args->length > INT_MAX ? INT_MAX : args->length) : 8,
                             .seed = (uint64_t)args->seed, .shard_tokens = args->shard_tokens,
-                            .val_fraction = args->val_fraction_set ? args->val_fraction : 0.1, .force = args->force};
+                            .val_fraction = args->val_fraction_set ? args->val_fraction : 0.1, .force = args->force,
+                            .pack = args->pack, .one_per_row = args->one_per_row};
   mtf_synth_stats stats;
   mtf_error err;
   if (mtf_synth_task_parse(args->task, &opts.task, &err) != MTF_OK) return usage_error(err.msg);
@@ -226,6 +237,26 @@ static int run_synth(const data_args *args) {
          (long long)stats.val_examples, (long long)stats.val_tokens, stats.val_shards, args->output);
   printf("synth: first example: %s\n", example);
   return MTF_EXIT_OK;
+}
+
+/* ", segments: D documents, P padding tokens": reads and checks every id (none negative). */
+static int print_segments(const char *path, int64_t count, mtf_error *err) {
+  mtf_shard shard;
+  MTF_CHECK(mtf_shard_open(path, &shard, err));
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(count > 0 ? count : 1));
+  int rc = ids ? mtf_shard_read_segments(&shard, 0, count, ids, err)
+               : mtf_error_set(err, MTF_ERR_NOMEM, "out of memory reading the segments of '%s'", path);
+  mtf_shard_close(&shard);
+  if (rc == MTF_OK) {
+    int64_t documents = 0, padding = 0;
+    for (int64_t i = 0; i < count; i++) {
+      padding += ids[i] == 0;
+      documents += ids[i] != 0 && (i == 0 || ids[i] != ids[i - 1]);
+    }
+    printf(", segments: %lld documents, %lld padding tokens", (long long)documents, (long long)padding);
+  }
+  free(ids);
+  return rc;
 }
 
 static int run_inspect(int argc, char **argv, const data_args *args) {
@@ -248,6 +279,10 @@ static int run_inspect(int argc, char **argv, const data_args *args) {
              (long long)m->eot_id, m->tokenizer, (long long)m->format_version);
       if (m->decode_ids > 0)
         printf(", decode table %lld ids, %lld bytes", (long long)m->decode_ids, (long long)m->decode_bytes);
+      if (m->has_segments && print_segments(dataset.paths[i], m->num_tokens, &err) != MTF_OK) {
+        fprintf(stderr, "mtf data inspect: error: %s\n", err.msg);
+        status = MTF_EXIT_FAILURE;
+      }
       printf("\n");
       mtf_decode_table table;
       if (m->decode_ids > 0 && mtf_shard_read_decode_table(dataset.paths[i], &table, &err) != MTF_OK) {

@@ -36,6 +36,15 @@ static const key_spec schema[] = {
     {"model.d_kv", KEY_INT, F(model.d_kv), "16", 1, 1 << 16, NULL, "width of each head's keys, queries, values"},
     {"model.layers", KEY_INT, F(model.layers), "2", 1, 1000, NULL, "transformer layers"},
     {"model.length", KEY_INT, F(model.length), "64", 1, 1 << 20, NULL, "sequence length (tokens per example)"},
+    {"model.architecture", KEY_CHOICE, F(model.architecture), "decoder", 0, 0, "decoder|encoder_decoder",
+     "decoder: the decoder-only language model; encoder_decoder: a bidirectional encoder over the prompt and a causal "
+     "decoder with cross-attention over the answer (T5)"},
+    {"model.encoder_layers", KEY_INT, F(model.encoder_layers), "0", 0, 1000, NULL,
+     "encoder_decoder: encoder layers (0 = model.layers)"},
+    {"model.decoder_layers", KEY_INT, F(model.decoder_layers), "0", 0, 1000, NULL,
+     "encoder_decoder: decoder layers (0 = model.layers)"},
+    {"model.shared_embeddings", KEY_BOOL, F(model.shared_embeddings), "true", 0, 1, NULL,
+     "encoder_decoder: encoder and decoder share embed/wte (false: encoder/embed/wte of their own)"},
     {"model.norm", KEY_CHOICE, F(model.norm), "rms", 0, 0, "rms|layer", "normalisation"},
     {"model.activation", KEY_CHOICE, F(model.activation), "gelu", 0, 0, "relu|gelu|swiglu|geglu",
      "feed-forward activation; swiglu and geglu are gated (two input projections wi_0, wi_1)"},
@@ -103,8 +112,13 @@ static const key_spec schema[] = {
      "block: the backward pass recomputes each transformer block's activations instead of keeping them"},
     {"train.label_smoothing", KEY_FLOAT, F(model.label_smoothing), "0.0", 0, 1, NULL,
      "eps in [0, 1): the training loss is (1-eps) * cross-entropy + eps * mean over vocab of -log_softmax"},
+    {"train.loss_skip_document_start", KEY_BOOL, F(model.loss_skip_document_start), "false", 0, 1, NULL,
+     "with data.pack: leave out of the loss each document's first token (predicted from another document)"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
+    {"data.pack", KEY_CHOICE, F(model.pack), "none", 0, 0, "none|eot|segments",
+     "packed sequences: documents from the shards' segments datasets or split at end-of-text in each row; "
+     "attention stays in a document, positions restart, padding (segment 0) is not in the loss"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
     {"backend.kind", KEY_BACKEND, F(backend), "cpu", 0, 0, NULL, "compute backend (one of those built in)"},
     {"backend.plugin", KEY_PATH, F(plugin), "\"\"", 0, 0, NULL,
@@ -495,6 +509,45 @@ static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
   return MTF_OK;
 }
 
+/* The encoder-decoder's keys against the architecture and what it does not support. */
+static int check_architecture(const mtf_config *cfg, const char *src, mtf_error *err) {
+  const mtf_model_config *m = &cfg->model;
+  if (strcmp(m->architecture, "encoder_decoder") != 0) {
+    const char *key = m->encoder_layers ? "model.encoder_layers" : m->decoder_layers ? "model.decoder_layers"
+                      : !m->shared_embeddings ? "model.shared_embeddings" : NULL;
+    if (key)
+      return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set, but model.architecture is '%s': it applies to "
+                           "model.architecture: encoder_decoder only (the decoder-only model has model.layers "
+                           "layers); set the architecture or drop the key", src, key, m->architecture);
+    return MTF_OK;
+  }
+  if (m->moe.experts > 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.experts is %lld, but the encoder-decoder "
+                         "(model.architecture: encoder_decoder) has dense feed-forward layers only: set "
+                         "model.moe.experts: 0 or use model.architecture: decoder", src, (long long)m->moe.experts);
+  if (strcmp(m->pack, "none") != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.pack is '%s', but the encoder-decoder (model.architecture: "
+                         "encoder_decoder) takes one example per row (docs/DATA.md, \"Seq2seq rows\"): set data.pack: "
+                         "none", src, m->pack);
+  if (m->length < 2)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.length is %lld, but an encoder-decoder needs at least 2 "
+                         "positions (a prompt and an answer token)", src, (long long)m->length);
+  return MTF_OK;
+}
+
+/* Packed sequences mask attention by document, which the fused attention op does not do. */
+static int check_pack(const mtf_config *cfg, const char *src, mtf_error *err) {
+  int packed = strcmp(cfg->model.pack, "none") != 0;
+  if (packed && cfg->model.fused_attention)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.pack '%s' masks attention by document, which "
+                         "model.fused_attention does not support: set model.fused_attention: false (the unfused "
+                         "attention takes the segment mask), or data.pack: none", src, cfg->model.pack);
+  if (!packed && cfg->model.loss_skip_document_start)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.loss_skip_document_start needs documents: set data.pack to "
+                         "eot or segments, or train.loss_skip_document_start: false", src);
+  return MTF_OK;
+}
+
 /* model.kv_heads and model.position against the model and the layout (model/attention_block.h). */
 static int check_attention(mtf_config *cfg, const char *src, mtf_error *err) {
   mtf_model_config *m = &cfg->model;
@@ -541,10 +594,12 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
                          (long long)cfg->train.microbatches, (long long)cfg->train.batch, (long long)cfg->train.batch);
   MTF_CHECK(check_moe(cfg, src, err));
   MTF_CHECK(check_gated(cfg, src, err));
+  MTF_CHECK(check_architecture(cfg, src, err));
   MTF_CHECK(check_attention(cfg, src, err));
   if (cfg->model.label_smoothing >= 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.label_smoothing is %g: it must be below 1 (at 1 the loss "
                          "ignores the labels); 0.1 is usual, 0 turns smoothing off", src, cfg->model.label_smoothing);
+  MTF_CHECK(check_pack(cfg, src, err));
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);

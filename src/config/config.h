@@ -37,6 +37,13 @@ typedef struct mtf_model_config {
     int dropless;                   /* capacity for every token (no drops) in training too */
   } moe;
   double label_smoothing;           /* train.label_smoothing: set here because the model builds the loss */
+  char architecture[MTF_CONFIG_TEXT]; /* decoder | encoder_decoder (model/encoder_decoder.h) */
+  int64_t encoder_layers, decoder_layers; /* encoder_decoder only; 0 = model.layers */
+  int shared_embeddings;            /* encoder_decoder: one embed/wte for encoder, decoder (and tied output) */
+  /* data.pack (none | eot | segments) and train.loss_skip_document_start: set here because the model
+   * builds the segment inputs, the attention mask and the loss from them (model/segments.h). */
+  char pack[MTF_CONFIG_TEXT];
+  int loss_skip_document_start;
 } mtf_model_config;
 
 typedef struct mtf_train_config {

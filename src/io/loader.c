@@ -9,6 +9,7 @@
 #include "comm/agree.h"
 #include "core/clock.h"
 #include "io/dataset.h"
+#include "io/seq2seq.h"
 #include "core/rng.h"
 
 #define MAX_OPEN_SHARDS 64 /* file handles kept open; older ones are closed when more are needed */
@@ -16,6 +17,7 @@
 
 typedef struct batch_slot {
   int32_t *tokens;
+  int32_t *segments; /* with opts.pack: the rows' segment ids, T + 1 a row */
   int rc;
   mtf_error err;
   mtf_loader_cursor after; /* the cursor once this batch is consumed */
@@ -25,7 +27,13 @@ struct mtf_loader {
   mtf_loader_options opts;
   mtf_dataset dataset;
   int64_t vocab_limit;
-  int64_t local_batch, row_offset, row_tokens;
+  int64_t local_batch, row_offset, row_tokens; /* row_tokens: int32 values per row in a batch buffer */
+  /* Seq2seq (opts.seq2seq): marked examples, or the prefix task over windows. examples[i] = (shard,
+   * start, answer_start, end); `scratch` holds one example's tokens while a row is built. */
+  int marked;
+  int64_t n_examples, eot_id;
+  int64_t *examples;
+  int32_t *scratch;
 
   /* Read side (the prefetch thread, or the caller when prefetch is 0): open shard handles. */
   mtf_shard *shards;
@@ -35,6 +43,7 @@ struct mtf_loader {
 
   /* Consumer side. */
   mtf_loader_cursor cursor;
+  int32_t *segments; /* with opts.pack: the segment ids of the batch next() returned last */
   int failed;
   mtf_error failure;
   double wait_seconds, read_seconds;
@@ -87,22 +96,58 @@ static void advance(mtf_loader_cursor *cursor, int64_t batch_size) {
   }
 }
 
+/* One seq2seq row (loader.h) into row[4 T]: encoder input, decoder input, targets, loss weights. */
+static int read_seq2seq_row(mtf_loader *loader, int64_t window, int32_t *row, mtf_error *err) {
+  int64_t T = loader->opts.length, start, answer, end;
+  int shard_index;
+  if (loader->marked) {
+    const int64_t *e = loader->examples + 4 * window;
+    shard_index = (int)e[0];
+    start = e[1], answer = e[2], end = e[3];
+  } else { /* the prefix task over a window of T + 1 tokens */
+    mtf_dataset_window(&loader->dataset, window, &shard_index, &start);
+    answer = start + T / 2, end = start + T + 1;
+  }
+  int64_t prompt = answer - start < T ? answer - start : T, reply = end - answer < T ? end - answer : T;
+  mtf_shard *shard = NULL;
+  MTF_CHECK(get_shard(loader, shard_index, &shard, err));
+  int32_t *scratch = loader->scratch;
+  MTF_CHECK(mtf_shard_read(shard, start, prompt, scratch, loader->vocab_limit, err));
+  MTF_CHECK(mtf_shard_read(shard, answer, reply, scratch + T, loader->vocab_limit, err));
+  int32_t *encoder = row, *decoder = row + T, *targets = row + 2 * T, *weights = row + 3 * T;
+  int32_t start_id = loader->eot_id >= 0 ? (int32_t)loader->eot_id : 0;
+  for (int64_t i = 0; i < T; i++) {
+    encoder[i] = i < prompt ? scratch[i] : 0;
+    targets[i] = i < reply ? scratch[T + i] : 0;
+    weights[i] = i < reply;
+    decoder[i] = i == 0 ? start_id : i < reply ? scratch[T + i - 1] : 0;
+  }
+  return MTF_OK;
+}
+
 /* Reads this rank's rows of the batch at *cursor into tokens and advances *cursor. */
-static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, double *seconds,
-                      mtf_error *err) {
+static int read_batch(mtf_loader *loader, mtf_loader_cursor *cursor, int32_t *tokens, int32_t *segments,
+                      double *seconds, mtf_error *err) {
   double start = mtf_now_seconds();
   mtf_permutation order = mtf_permutation_make((uint64_t)cursor->windows, cursor->seed, (uint64_t)cursor->epoch);
   int rc = MTF_OK;
   for (int64_t r = 0; rc == MTF_OK && r < loader->local_batch; r++) {
     uint64_t position = (uint64_t)(cursor->position + loader->row_offset + r);
-    int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start;
-    int shard_index;
-    mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
+    int64_t window = (int64_t)mtf_permutation_at(&order, position), token_start = 0;
+    int shard_index = 0;
+    if (!loader->marked) mtf_dataset_window(&loader->dataset, window, &shard_index, &token_start);
+    if (loader->opts.seq2seq) {
+      rc = read_seq2seq_row(loader, window, tokens + r * loader->row_tokens, err);
+      continue;
+    }
     mtf_shard *shard = NULL;
     rc = get_shard(loader, shard_index, &shard, err);
-    if (rc == MTF_OK)
-      rc = mtf_shard_read(shard, token_start, loader->row_tokens, tokens + r * loader->row_tokens,
-                          loader->vocab_limit, err);
+    int32_t *row = tokens + r * loader->row_tokens;
+    if (rc == MTF_OK) rc = mtf_shard_read(shard, token_start, loader->row_tokens, row, loader->vocab_limit, err);
+    if (rc == MTF_OK && loader->opts.pack == MTF_PACK_SEGMENTS)
+      rc = mtf_shard_read_segments(shard, token_start, loader->row_tokens, segments + r * loader->row_tokens, err);
+    if (rc == MTF_OK && loader->opts.pack == MTF_PACK_EOT)
+      mtf_segments_from_eot(row, loader->row_tokens, shard->meta.eot_id, segments + r * loader->row_tokens);
   }
   if (rc == MTF_OK) advance(cursor, loader->opts.batch_size);
   *seconds = mtf_now_seconds() - start;
@@ -122,7 +167,7 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_unlock(&loader->mutex);
     mtf_error_clear(&slot->err);
     double seconds;
-    int rc = read_batch(loader, &cursor, slot->tokens, &seconds, &slot->err);
+    int rc = read_batch(loader, &cursor, slot->tokens, slot->segments, &seconds, &slot->err);
     pthread_mutex_lock(&loader->mutex);
     loader->read_seconds += seconds;
     slot->rc = rc;
@@ -155,6 +200,62 @@ static void stop_prefetch(mtf_loader *loader) {
   pthread_mutex_unlock(&loader->mutex);
   pthread_join(loader->thread, NULL);
   loader->thread_running = 0;
+}
+
+/* Seq2seq: every shard's marks, gathered into loader->examples; or none at all (the prefix task). */
+static int open_seq2seq(mtf_loader *loader, mtf_error *err) {
+  const mtf_dataset *data = &loader->dataset;
+  loader->eot_id = data->count > 0 ? data->meta[0].eot_id : -1;
+  loader->scratch = malloc(sizeof(int32_t) * 2 * (size_t)loader->opts.length);
+  if (!loader->scratch) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  int first_marked = -1, first_unmarked = -1;
+  for (int i = 0; i < data->count; i++) {
+    mtf_seq2seq_marks marks;
+    MTF_CHECK(mtf_seq2seq_read_marks(data->paths[i], data->meta[i].num_tokens, &marks, err));
+    if (!marks.marked) {
+      if (first_unmarked < 0) first_unmarked = i;
+      continue;
+    }
+    if (first_marked < 0) first_marked = i;
+    int64_t *grown = realloc(loader->examples, sizeof(int64_t) * 4 * (size_t)(loader->n_examples + marks.examples + 1));
+    if (!grown) {
+      mtf_seq2seq_marks_free(&marks);
+      return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for the seq2seq marks of '%s'", loader->opts.data);
+    }
+    loader->examples = grown;
+    for (int64_t e = 0; e < marks.examples; e++) {
+      int64_t *row = loader->examples + 4 * loader->n_examples++;
+      row[0] = i;
+      memcpy(row + 1, marks.spans + 3 * e, 3 * sizeof(int64_t));
+    }
+    mtf_seq2seq_marks_free(&marks);
+  }
+  if (first_marked >= 0 && first_unmarked >= 0)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "data '%s' mixes shards with seq2seq marks ('%s') and without ('%s'): an encoder-decoder "
+                         "trains on marked examples or on the prefix task of plain text, not both; use one kind",
+                         loader->opts.data, data->paths[first_marked], data->paths[first_unmarked]);
+  loader->marked = first_marked >= 0;
+  return MTF_OK;
+}
+
+/* data.pack against what the shards hold: segments need a `segments` dataset in every shard, eot an
+ * end-of-text id. */
+static int check_pack(const mtf_loader *loader, mtf_error *err) {
+  const mtf_dataset *data = &loader->dataset;
+  for (int i = 0; i < data->count; i++) {
+    if (loader->opts.pack == MTF_PACK_SEGMENTS && !data->meta[i].has_segments)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "shard '%s' has no dataset 'segments', but data.pack is segments: add per-token segment "
+                           "ids (mtf data synth --pack, docs/DATA.md), or set data.pack: eot or none",
+                           data->paths[i]);
+    if (loader->opts.pack == MTF_PACK_EOT && data->meta[i].eot_id < 0)
+      return mtf_error_set(err, MTF_ERR_INVALID,
+                           "shard '%s' has no end-of-text id (attribute eot_id), but data.pack is eot, which splits "
+                           "rows into documents at it: set the shard's eot_id, or set data.pack: none",
+                           data->paths[i]);
+  }
+  return MTF_OK;
 }
 
 /* Everything in open that a single rank can check or fail at. */
@@ -191,14 +292,20 @@ static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const 
 
   MTF_CHECK(mtf_dataset_open(opts->data, opts->length, &loader->dataset, err));
   mtf_dataset *data = &loader->dataset;
-  if (data->windows < opts->batch_size)
+  if (opts->seq2seq) {
+    loader->row_tokens = 4 * opts->length;
+    MTF_CHECK(open_seq2seq(loader, err));
+  }
+  int64_t windows = loader->marked ? loader->n_examples : data->windows;
+  if (windows < opts->batch_size)
     return mtf_error_set(err, MTF_ERR_INVALID,
-                         "data '%s' holds %lld windows of %lld tokens in %d shards, fewer than one batch of %lld: "
+                         "data '%s' holds %lld %s in %d shards, fewer than one batch of %lld: "
                          "add data, or use a smaller batch or a shorter sequence length",
-                         opts->data, (long long)data->windows, (long long)loader->row_tokens, data->count,
-                         (long long)opts->batch_size);
+                         opts->data, (long long)windows, loader->marked ? "seq2seq examples" : "windows",
+                         data->count, (long long)opts->batch_size);
+  MTF_CHECK(check_pack(loader, err));
   loader->vocab_limit = opts->vocab_limit > 0 ? opts->vocab_limit : (data->max_vocab_size > 0 ? data->max_vocab_size : 0);
-  loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, data->windows};
+  loader->cursor = (mtf_loader_cursor){opts->seed, 0, 0, windows};
 
   loader->shards = calloc((size_t)data->count, sizeof(mtf_shard));
   loader->last_used = calloc((size_t)data->count, sizeof(int64_t));
@@ -206,9 +313,13 @@ static int open_local(mtf_loader *loader, const mtf_loader_options *opts, const 
   loader->slots = calloc((size_t)(loader->depth ? loader->depth : 1), sizeof(batch_slot));
   if (!loader->shards || !loader->last_used || !loader->slots)
     return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
+  size_t batch_bytes = sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens);
+  if (opts->pack != MTF_PACK_NONE && !(loader->segments = malloc(batch_bytes)))
+    return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory opening the loader");
   for (int i = 0; i < loader->depth; i++) {
-    loader->slots[i].tokens = malloc(sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
-    if (!loader->slots[i].tokens)
+    loader->slots[i].tokens = malloc(batch_bytes);
+    if (opts->pack != MTF_PACK_NONE) loader->slots[i].segments = malloc(batch_bytes);
+    if (!loader->slots[i].tokens || (opts->pack != MTF_PACK_NONE && !loader->slots[i].segments))
       return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for %d prefetched batches", loader->depth);
   }
   return start_prefetch(loader, err);
@@ -236,10 +347,12 @@ int mtf_loader_open(const mtf_loader_options *opts, const mtf_shape *mesh, const
 
 int64_t mtf_loader_local_batch(const mtf_loader *loader) { return loader->local_batch; }
 int64_t mtf_loader_row_offset(const mtf_loader *loader) { return loader->row_offset; }
-int64_t mtf_loader_windows(const mtf_loader *loader) { return loader->dataset.windows; }
+int64_t mtf_loader_windows(const mtf_loader *loader) { return loader->cursor.windows; }
 int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader) {
-  return loader->dataset.windows / loader->opts.batch_size;
+  return loader->cursor.windows / loader->opts.batch_size;
 }
+int64_t mtf_loader_row_ints(const mtf_loader *loader) { return loader->row_tokens; }
+int mtf_loader_examples_marked(const mtf_loader *loader) { return loader->marked; }
 
 int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   if (loader->failed) {
@@ -253,7 +366,7 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
   double start = mtf_now_seconds();
   if (loader->depth == 0) {
     double seconds;
-    rc = read_batch(loader, &after, tokens, &seconds, &local);
+    rc = read_batch(loader, &after, tokens, loader->segments, &seconds, &local);
     loader->read_seconds += seconds;
   } else {
     pthread_mutex_lock(&loader->mutex);
@@ -264,7 +377,9 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err) {
     rc = slot->rc;
     if (rc == MTF_OK)
       memcpy(tokens, slot->tokens, sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
-    else
+    if (rc == MTF_OK && loader->segments)
+      memcpy(loader->segments, slot->segments, sizeof(int32_t) * (size_t)(loader->local_batch * loader->row_tokens));
+    else if (rc != MTF_OK)
       local = slot->err;
     after = slot->after;
     pthread_mutex_lock(&loader->mutex);
@@ -294,6 +409,31 @@ void mtf_loader_split(const mtf_loader *loader, const int32_t *rows, int32_t *in
   }
 }
 
+void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *rows, const mtf_loader_batch *batch) {
+  if (!loader->opts.seq2seq) {
+    mtf_loader_split(loader, rows, batch->tokens, batch->targets);
+    return;
+  }
+  int64_t T = loader->opts.length;
+  size_t bytes = sizeof(int32_t) * (size_t)T;
+  for (int64_t r = 0; r < loader->local_batch; r++) {
+    const int32_t *row = rows + r * loader->row_tokens;
+    memcpy(batch->encoder_tokens + r * T, row, bytes);
+    memcpy(batch->tokens + r * T, row + T, bytes);
+    memcpy(batch->targets + r * T, row + 2 * T, bytes);
+    memcpy(batch->loss_weights + r * T, row + 3 * T, bytes);
+  }
+}
+
+void mtf_loader_split_segments(const mtf_loader *loader, int32_t *segments, int32_t *target_segments,
+                               int32_t *positions) {
+  MTF_ASSERT(loader->segments != NULL); /* opened with opts.pack */
+  int64_t length = loader->opts.length;
+  for (int64_t r = 0; r < loader->local_batch; r++)
+    mtf_segments_split_row(loader->segments + r * loader->row_tokens, length, segments + r * length,
+                           target_segments + r * length, positions + r * length);
+}
+
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader) { return loader->cursor; }
 
 int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, mtf_error *err) {
@@ -301,7 +441,7 @@ int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, m
     if (err) *err = loader->failure;
     return loader->failure.code;
   }
-  int64_t windows = loader->dataset.windows, batch = loader->opts.batch_size;
+  int64_t windows = loader->cursor.windows, batch = loader->opts.batch_size;
   if (cursor->windows != windows)
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "the saved data cursor is for a dataset of %lld windows, but '%s' with length %lld has "
@@ -330,10 +470,16 @@ void mtf_loader_close(mtf_loader *loader) {
   stop_prefetch(loader);
   for (int i = 0; loader->shards && i < loader->dataset.count; i++)
     if (loader->shards[i].path) mtf_shard_close(&loader->shards[i]);
-  for (int i = 0; loader->slots && i < loader->depth; i++) free(loader->slots[i].tokens);
+  for (int i = 0; loader->slots && i < loader->depth; i++) {
+    free(loader->slots[i].tokens);
+    free(loader->slots[i].segments);
+  }
+  free(loader->segments);
   free(loader->slots);
   free(loader->shards);
   free(loader->last_used);
+  free(loader->examples);
+  free(loader->scratch);
   mtf_dataset_close(&loader->dataset);
   pthread_mutex_destroy(&loader->mutex);
   pthread_cond_destroy(&loader->changed);

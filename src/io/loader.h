@@ -26,6 +26,7 @@
 #include "comm/comm.h"
 #include "core/error.h"
 #include "core/layout.h"
+#include "io/segments.h"
 
 typedef struct mtf_loader mtf_loader;
 
@@ -37,6 +38,8 @@ typedef struct mtf_loader_options {
   int prefetch;          /* batches read ahead by a background thread; 0 = none */
   int64_t vocab_limit;   /* the model's vocabulary: ids must be below it. 0 = the shards' largest vocab_size */
   mtf_comm *comm;        /* optional: every rank learns any rank's error (collective open/next) */
+  int seq2seq;           /* rows for an encoder-decoder (below) instead of windows of T + 1 tokens */
+  mtf_pack_mode pack;    /* data.pack: segment ids with every row (io/segments.h); NONE: tokens alone */
 } mtf_loader_options;
 
 /* Where the stream stands: the next batch is positions [position, position + B) of epoch `epoch`'s order
@@ -58,7 +61,26 @@ int64_t mtf_loader_row_offset(const mtf_loader *loader);  /* global index of its
 int64_t mtf_loader_windows(const mtf_loader *loader);     /* windows in the dataset */
 int64_t mtf_loader_steps_per_epoch(const mtf_loader *loader);
 
-/* Fills tokens[local_batch][T + 1] with the next batch's rows and advances the cursor. Collective with a
+/* Seq2seq rows (opts.seq2seq, an encoder-decoder model; docs/DATA.md). When every shard carries seq2seq
+ * marks (io/seq2seq.h), the windows are the marked examples, one per row: the encoder input is the
+ * prompt, the decoder target the answer (its end-of-text included), the decoder input the answer shifted
+ * right behind a start token (the end-of-text id), each cut to T tokens and padded with id 0; the loss
+ * weights are 1 on the answer's tokens, 0 on padding. When no shard is marked, the windows are those of
+ * T + 1 tokens as always, as a prefix task: the first T / 2 tokens (rounded down) are the prompt, the rest the
+ * answer. Some shards marked and some not is an error. */
+
+/* int32 values per row that mtf_loader_next writes: T + 1, or 4 T with seq2seq. */
+int64_t mtf_loader_row_ints(const mtf_loader *loader);
+/* Whether the rows are of marked examples (1) or the prefix task (0); seq2seq loaders only. */
+int mtf_loader_examples_marked(const mtf_loader *loader);
+
+/* A batch as the model's int32 inputs, each [local_batch][T] row-major (this rank's slice of [batch,
+ * length]). encoder_tokens and loss_weights are filled by seq2seq loaders only (may be NULL otherwise). */
+typedef struct mtf_loader_batch {
+  int32_t *tokens, *targets, *encoder_tokens, *loss_weights;
+} mtf_loader_batch;
+
+/* Fills tokens[local_batch][mtf_loader_row_ints] with the next batch's rows and advances the cursor. Collective with a
  * comm. After an error the loader stays failed (every later call returns the same error). */
 int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err);
 
@@ -66,6 +88,14 @@ int mtf_loader_next(mtf_loader *loader, int32_t *tokens, mtf_error *err);
  * targets, each [local_batch][T] (row-major, this rank's slice of [batch, length]): targets are the
  * inputs shifted by one token. Hand them to the session with mtf_session_set_input_slice_int. */
 void mtf_loader_split(const mtf_loader *loader, const int32_t *tokens, int32_t *inputs, int32_t *targets);
+/* The same for either kind of loader: the rows of one next() call into batch's arrays. */
+void mtf_loader_split_batch(const mtf_loader *loader, const int32_t *tokens, const mtf_loader_batch *batch);
+
+/* With opts.pack, the segment inputs of the batch the last mtf_loader_next returned, each [local_batch][T]
+ * like inputs: the input and target tokens' segments and the input tokens' positions in their documents
+ * (mtf_segments_split_row). */
+void mtf_loader_split_segments(const mtf_loader *loader, int32_t *segments, int32_t *target_segments,
+                               int32_t *positions);
 
 /* The cursor of the batch the next mtf_loader_next returns. */
 mtf_loader_cursor mtf_loader_cursor_get(const mtf_loader *loader);

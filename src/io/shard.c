@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "io/h5_checked.h"
+#include "io/segments.h"
 
 static pthread_mutex_t hdf5_mutex = PTHREAD_MUTEX_INITIALIZER;
 
@@ -224,19 +225,22 @@ static int open_locked(const char *path, mtf_shard *shard, mtf_error *err) {
   int present = 0;
   MTF_CHECK(mtf_decode_table_probe(file, where, shard->meta.vocab_size, &present, &shard->meta.decode_bytes, err));
   shard->meta.decode_ids = present ? shard->meta.vocab_size : 0;
+  MTF_CHECK(mtf_shard_segments_probe(file, path, shard->meta.num_tokens, &shard->segments, err));
+  shard->meta.has_segments = shard->segments >= 0;
   return MTF_OK;
 }
 
 static void close_locked(mtf_shard *shard) {
   if (shard->file_space >= 0) H5Sclose((hid_t)shard->file_space);
+  if (shard->segments >= 0) H5Dclose((hid_t)shard->segments);
   if (shard->dataset >= 0) H5Dclose((hid_t)shard->dataset);
   if (shard->file >= 0) H5Fclose((hid_t)shard->file);
-  shard->dataset = shard->file = shard->file_space = -1;
+  shard->dataset = shard->file = shard->file_space = shard->segments = -1;
 }
 
 int mtf_shard_open(const char *path, mtf_shard *shard, mtf_error *err) {
   memset(shard, 0, sizeof *shard);
-  shard->file = shard->dataset = shard->file_space = -1;
+  shard->file = shard->dataset = shard->file_space = shard->segments = -1;
   shard->meta.vocab_size = shard->meta.eot_id = shard->meta.format_version = -1;
   mtf_hdf5_lock();
   int rc = open_locked(path, shard, err);

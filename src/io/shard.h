@@ -32,6 +32,7 @@ typedef struct mtf_shard_meta {
   int token_bytes; /* 2 (uint16) or 4 (int32) */
   int64_t decode_ids;   /* ids the decode table covers (= vocab_size), 0 when the shard has none */
   int64_t decode_bytes; /* the table's bytes (io/decode_table.h) */
+  int has_segments;     /* a checked `segments` dataset of per-token document ids (io/segments.h) */
   /* The file as it was opened (stat): a read after it changed is refused, naming the file. */
   int64_t file_size, file_mtime_sec, file_mtime_nsec, file_ctime_sec, file_ctime_nsec;
 } mtf_shard_meta;
@@ -46,6 +47,7 @@ typedef struct mtf_shard {
   char *path;
   int64_t file; /* hid_t */
   int64_t dataset;
+  int64_t segments; /* hid_t of the `segments` dataset, -1 when it has none (io/segments.h) */
   mtf_shard_meta meta;
   int64_t file_space; /* hid_t of the dataset's dataspace, reused by every read */
   uint16_t *narrow;   /* scratch for uint16 reads, widened by hand (HDF5's conversion path is slow) */

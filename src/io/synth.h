@@ -24,6 +24,10 @@ typedef struct mtf_synth_options {
   int64_t shard_tokens;
   double val_fraction;
   int force;
+  /* --pack T: whole examples packed into rows of T tokens with a `segments` dataset, one shard per split
+   * (io/packing.h); with one_per_row, one example a row. 0: the plain token stream. */
+  int64_t pack;
+  int one_per_row;
 } mtf_synth_options;
 
 typedef struct mtf_synth_stats {

@@ -1,6 +1,8 @@
 #include "model/transformer.h"
+#include "model/segments.h"
 
 #include "model/attention_block.h"
+#include "model/encoder_decoder.h"
 #include "model/position.h"
 
 #include <math.h>
@@ -20,6 +22,9 @@ typedef struct builder {
   /* DECODE: each row's position as one-hot [batch, memory_length] and the memory positions it may attend
    * to (<= its position) [memory_length, batch]. */
   mtf_tensor position_hot, attend;
+  /* TRAIN with data.pack: the segment inputs, mask and loss weights (model/segments.h). */
+  int packed;
+  mtf_segment_inputs segments;
   mtf_tensor relative_bias; /* model.position relative_bias: the stack's bias on the logits (else none) */
 } builder;
 
@@ -78,6 +83,8 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
   mtf_attention_options options = mtf_attention_defaults();
   options.rotary = strcmp(b->m->position, "rotary") == 0;
   options.bias = b->relative_bias;
+  /* Packed sequences: attention stays inside each document (model/segments.h). */
+  if (b->packed) options.mask = b->segments.same_document;
   mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
   return mtf_add(b->g, x, b->mode == MTF_MODE_DECODE ? out : dropout(b, out));
 }
@@ -174,6 +181,18 @@ static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional
                            m->length - 1);
 }
 
+/* scale times the mean of a per-position value [batch, length]: over every position, or with data.pack
+ * over the positions the loss counts (model/segments.h). */
+static mtf_tensor token_mean(builder *b, mtf_tensor per_position, int64_t batch, float scale) {
+  if (b->packed) {
+    mtf_tensor mean = mtf_segments_mean(b->g, &b->segments, per_position);
+    return scale == 1.0f ? mean : mtf_scalar_multiply(b->g, mean, scale);
+  }
+  mtf_shape scalar = {0};
+  float per_token = 1.0f / (float)(batch * b->m->length);
+  return mtf_scalar_multiply(b->g, mtf_reduce_sum(b->g, per_position, &scalar), scale * per_token);
+}
+
 int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
                           mtf_transformer *out, mtf_error *err) {
   return mtf_transformer_build_mode(g, m, batch, dropout_rate, MTF_MODE_TRAIN, out, err);
@@ -189,6 +208,9 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
   m = &resolved;
   memset(out, 0, sizeof *out);
   out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
+  out->segments = out->target_segments = out->segment_positions = out->loss_sum = out->loss_count = MTF_NO_TENSOR;
+  out->encoder_tokens = out->loss_weights = out->exact_rows = MTF_NO_TENSOR;
+  if (mtf_is_encoder_decoder(m)) return mtf_encoder_decoder_build(g, m, batch, dropout_rate, mode, out, err);
   out->first_assign = mtf_graph_num_assigns(g);
   builder b = {.g = g, .m = m, .t = out, .dropout = dropout_rate, .dropout_key = 1000, .mode = mode};
   int64_t length = mode == MTF_MODE_DECODE ? 1 : m->length;
@@ -207,6 +229,13 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
   if (mode == MTF_MODE_TRAIN) {
     out->tokens = mtf_input_int(g, "tokens", &tokens);
     out->targets = mtf_input_int(g, "targets", &tokens);
+    b.packed = mtf_segments_enabled(m);
+    if (b.packed) {
+      b.segments = mtf_segments_build(g, m, batch);
+      out->segments = b.segments.segments;
+      out->target_segments = b.segments.target_segments;
+      out->segment_positions = b.segments.positions;
+    }
   } else if (mode == MTF_MODE_PREFILL) {
     out->tokens = mtf_input_int(g, "prefill_tokens", &tokens);
     out->positions = mtf_input_int(g, "prefill_last", &rows);
@@ -220,6 +249,11 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
     x = decode_inputs(&b, batch, wte, wpe);
   } else {
     x = mtf_gather(g, wte, out->tokens, "vocab");
+    /* Packed: each token's position in its document picks its row of wpe (renamed, so the lookup's dim is
+     * not the ids' own `length`). Relative bias and rotary see only differences of positions, which inside
+     * a document (all attention reaches, under the segment mask) are those of the per-document positions. */
+    if (learned && b.packed)
+      wpe = mtf_gather(g, mtf_rename(g, wpe, "length", "position"), out->segment_positions, "position");
     x = dropout(&b, learned ? mtf_add(g, x, wpe) : x);
   }
   b.relative_bias = strcmp(m->position, "relative_bias") == 0 ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
@@ -249,21 +283,24 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t 
                                     (long long)m->vocab);
   out->logits = unembed(&b, h, wte, &logits_shape);
   mtf_set_name(g, out->logits, "logits");
-  mtf_shape scalar = {0};
-  float per_token = 1.0f / (float)(batch * m->length);
   mtf_tensor xent = mtf_softmax_cross_entropy(g, out->logits, out->targets, "vocab", 0.0f);
-  out->token_loss = mtf_set_name(g, mtf_scalar_multiply(g, mtf_reduce_sum(g, xent, &scalar), per_token), "token_loss");
+  out->token_loss = mtf_set_name(g, token_mean(&b, xent, batch, 1.0f), "token_loss");
+  if (b.packed) {
+    /* Evaluation sums these over its batches: the mean over every counted token, however rows are cut. */
+    out->loss_sum = mtf_segments_sum(g, &b.segments, xent);
+    out->loss_count = b.segments.count;
+  }
   out->loss = out->token_loss;
   if (m->label_smoothing > 0) {
     /* (1-eps) xent + eps * mean over vocab of -log_softmax(logits), one fused op (its own pass over the
      * logits; token_loss stays the plain cross-entropy, outside the gradient). */
     mtf_tensor smoothed = mtf_softmax_cross_entropy_smoothed(g, out->logits, out->targets, "vocab", 0.0f,
                                                              (float)m->label_smoothing);
-    out->loss = mtf_set_name(g, mtf_scalar_multiply(g, mtf_reduce_sum(g, smoothed, &scalar), per_token), "loss");
+    out->loss = mtf_set_name(g, token_mean(&b, smoothed, batch, 1.0f), "loss");
   }
   if (m->z_loss > 0) {
     mtf_tensor lse = mtf_logsumexp(g, out->logits, "vocab");
-    mtf_tensor z = mtf_scalar_multiply(g, mtf_reduce_sum(g, mtf_square(g, lse), &scalar), (float)m->z_loss * per_token);
+    mtf_tensor z = token_mean(&b, mtf_square(g, lse), batch, (float)m->z_loss);
     out->loss = mtf_set_name(g, mtf_add(g, out->loss, z), "loss");
   }
   for (int i = 0; i < out->n_moe; i++) {
@@ -291,5 +328,8 @@ int mtf_activation_is_gated(const char *activation) {
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {
   double active = (double)(param_count - mtf_moe_inactive_params(m)); /* an MoE token uses k experts of each layer */
-  return 6.0 * active + 12.0 * (double)m->layers * (double)m->length * (double)(m->heads * m->d_kv);
+  /* Attention layers: the decoder-only model's; the encoder's, the decoder's and its cross-attention. */
+  double attention_layers = mtf_is_encoder_decoder(m)
+                                ? (double)(mtf_encoder_layers(m) + 2 * mtf_decoder_layers(m)) : (double)m->layers;
+  return 6.0 * active + 12.0 * attention_layers * (double)m->length * (double)(m->heads * m->d_kv);
 }

@@ -18,7 +18,11 @@
  * final/{norm_scale, norm_bias}, unembed/w (norm_bias only with layer norm, unembed/w only untied).
  * With model.moe.experts > 0, every model.moe.every-th layer's feed-forward is a mixture of experts
  * (model/moe.h), layer_NNN/moe/{norm_scale, norm_bias, router, wi, wo}, and the loss adds each MoE layer's
- * load-balancing and router z-losses times model.moe.aux_loss and model.moe.router_z_loss. */
+ * load-balancing and router z-losses times model.moe.aux_loss and model.moe.router_z_loss.
+ * With model.architecture: encoder_decoder the build is model/encoder_decoder.h's, variables embed/wte
+ * (shared; encoder/embed/wte with model.shared_embeddings false), {encoder, decoder}/embed/wpe (learned
+ * positions) or {encoder, decoder}/relative_bias (relative_bias), encoder/layer_NNN/{attn, mlp}/...,
+ * decoder/layer_NNN/{attn, cross_attn, mlp}/..., {encoder, decoder}/final/..., unembed/w. */
 #ifndef MTF_MODEL_TRANSFORMER_H
 #define MTF_MODEL_TRANSFORMER_H
 
@@ -50,6 +54,16 @@ typedef struct mtf_transformer {
    * [first_assign, first_assign + n_assigns) (mtf_plan_create_with_assigns). */
   mtf_tensor positions, next_logits;
   int first_assign, n_assigns;
+  /* model.architecture: encoder_decoder (model/encoder_decoder.h; MTF_NO_TENSOR for the decoder-only model):
+   * the encoder's int32 input [batch, length], the int32 loss weights [batch, length] (1 on answer tokens),
+   * and the scalar count of rows whose answer tokens are all their logits' argmax (teacher-forced exact
+   * match). tokens is then the decoder's input. */
+  mtf_tensor encoder_tokens, loss_weights, exact_rows;
+  /* TRAIN with data.pack (model/segments.h; MTF_NO_TENSOR otherwise): the int32 inputs [batch, length] of
+   * the tokens' and targets' segments and the tokens' positions in their documents, and the scalars
+   * loss_sum (cross-entropy summed over counted positions) and loss_count (positions counted); token_loss
+   * is loss_sum / max(loss_count, 1). */
+  mtf_tensor segments, target_segments, segment_positions, loss_sum, loss_count;
 } mtf_transformer;
 
 /* Builds into g. `dropout` overrides the config's rate (0 in eval); `batch` is the global batch. */

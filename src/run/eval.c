@@ -5,37 +5,47 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "run/packed_rows.h"
 #include "run/train.h"
 
 int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *tokens, mtf_error *err) {
   const mtf_config *cfg = st->cfg;
   mtf_loader *loader;
   MTF_CHECK(mtf_run_open_loader(st, cfg->data_eval, (uint64_t)cfg->train.seed + 1, 0, &loader, err));
-  int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
-  int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
-  int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
-          *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
-  double sum = 0, dropless_sum = 0;
-  int rc = !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "evaluation: out of memory") : MTF_OK;
-  rc = mtf_comm_agree(st->comm, rc, err);
+  int64_t length = cfg->model.length;
+  mtf_run_batch batch;
+  double sum = 0, dropless_sum = 0, exact_rows = 0, counted_sum = 0, counted = 0;
   const mtf_transformer *model = &st->program.eval_model;
+  /* Packed sequences and the encoder-decoder's answers: the loss is the sum over the tokens the loss counts,
+   * over all batches, divided by their number (not a mean of batch means: batches count different numbers
+   * of tokens). */
+  int counted_model = model->loss_count != MTF_NO_TENSOR;
+  int rc = mtf_comm_agree(st->comm, mtf_run_batch_alloc(&batch, loader, length, model->segments != MTF_NO_TENSOR,
+                                                        err), err);
   for (int64_t b = 0; b < batches && rc == MTF_OK; b++) {
-    rc = mtf_loader_next(loader, raw, err);
+    rc = mtf_run_batch_next(&batch, loader, err);
     if (rc) break;
-    mtf_loader_split(loader, raw, inputs, targets);
     /* The evaluation model is built for batch / microbatches rows: this rank's rows in as many runs. */
     int N = st->program.microbatches;
-    int64_t chunk = rows / N * length;
+    int64_t chunk = batch.rows / N;
     for (int m = 0; m < N; m++) {
-      float value;
-      if (mtf_session_set_input_slice_int(st->eval, model->tokens, inputs + m * chunk, err) ||
-          mtf_session_set_input_slice_int(st->eval, model->targets, targets + m * chunk, err) ||
-          mtf_session_run(st->eval, err) || mtf_session_fetch(st->eval, model->token_loss, &value, err))
+      float value, exact = 0;
+      if (mtf_run_batch_feed(&batch, st->eval, model, m * chunk, err) || mtf_session_run(st->eval, err) ||
+          mtf_session_fetch(st->eval, model->token_loss, &value, err) ||
+          (model->exact_rows != MTF_NO_TENSOR && mtf_session_fetch(st->eval, model->exact_rows, &exact, err)))
         mtf_run_abort("evaluation", err);
       sum += value / N;
+      exact_rows += exact;
+      float loss_sum, loss_count;
+      if (counted_model && (mtf_session_fetch(st->eval, model->loss_sum, &loss_sum, err) ||
+                            mtf_session_fetch(st->eval, model->loss_count, &loss_count, err)))
+        mtf_run_abort("evaluation", err);
+      if (counted_model) {
+        counted_sum += loss_sum;
+        counted += loss_count;
+      }
       const mtf_transformer *dm = &st->program.dropless_model;
-      if (st->dropless && (mtf_session_set_input_slice_int(st->dropless, dm->tokens, inputs + m * chunk, err) ||
-                           mtf_session_set_input_slice_int(st->dropless, dm->targets, targets + m * chunk, err) ||
+      if (st->dropless && (mtf_run_batch_feed(&batch, st->dropless, dm, m * chunk, err) ||
                            mtf_session_run(st->dropless, err) ||
                            mtf_session_fetch(st->dropless, dm->token_loss, &value, err)))
         mtf_run_abort("evaluation (dropless)", err);
@@ -43,9 +53,10 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
     }
   }
   if (rc == MTF_OK) {
-    *loss = sum / (double)batches;
+    *loss = counted_model ? counted_sum / (counted > 0 ? counted : 1) : sum / (double)batches;
     st->dropless_loss = dropless_sum / (double)batches;
-    *tokens = batches * cfg->train.batch * length;
+    st->exact_match = model->exact_rows != MTF_NO_TENSOR ? exact_rows / (double)(batches * cfg->train.batch) : -1;
+    *tokens = counted_model ? (int64_t)counted : batches * cfg->train.batch * length;
     /* A restored checkpoint's parameters are finite (the restore refuses NaN and Inf), so a non-finite
      * loss here comes from the evaluation itself. Agreed, so every rank returns the same. */
     if (!isfinite(*loss))
@@ -55,25 +66,25 @@ int mtf_run_evaluate(mtf_run_state *st, int64_t batches, double *loss, int64_t *
                          (long long)*tokens, cfg->data_eval);
   }
   rc = mtf_comm_agree(st->comm, rc, err);
-  free(raw);
-  free(inputs);
-  free(targets);
+  mtf_run_batch_free(&batch);
   mtf_loader_close(loader);
   return rc;
 }
 
 void mtf_run_print_eval(const mtf_run_state *st, double loss, int64_t tokens, int json) {
   if (st->rank != 0) return;
-  if (json && st->dropless)
-    printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld, \"dropless_loss\": %.6f}\n", loss, exp(loss),
-           (long long)tokens, st->dropless_loss);
-  else if (json)
-    printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld}\n", loss, exp(loss), (long long)tokens);
-  else if (st->dropless)
-    printf("eval: loss %.4f, perplexity %.3f over %lld tokens; dropless loss %.4f (MoE capacity for every token)\n",
-           loss, exp(loss), (long long)tokens, st->dropless_loss);
-  else
-    printf("eval: loss %.4f, perplexity %.3f over %lld tokens\n", loss, exp(loss), (long long)tokens);
+  int exact = st->exact_match >= 0;
+  if (json) {
+    printf("{\"loss\": %.6f, \"perplexity\": %.6f, \"tokens\": %lld", loss, exp(loss), (long long)tokens);
+    if (st->dropless) printf(", \"dropless_loss\": %.6f", st->dropless_loss);
+    if (exact) printf(", \"exact_match\": %.6f", st->exact_match);
+    printf("}\n");
+  } else {
+    printf("eval: loss %.4f, perplexity %.3f over %lld tokens", loss, exp(loss), (long long)tokens);
+    if (st->dropless) printf("; dropless loss %.4f (MoE capacity for every token)", st->dropless_loss);
+    if (exact) printf("; answers exactly right (teacher-forced argmax) %.2f%%", 100 * st->exact_match);
+    printf("\n");
+  }
   fflush(stdout);
 }
 

@@ -235,6 +235,11 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     return mtf_error_set(err, MTF_ERR_INVALID, "mtf generate on backend.kind pjrt is not built yet (its prefill and "
                          "decode programs with the key/value cache); generate with backend.kind cpu: checkpoints "
                          "written on pjrt restore there");
+  /* Refused before anything is built (--no-cache too, whose full forward has no encoder input to feed). */
+  if (!strcmp(cfg->model.architecture, "encoder_decoder"))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.architecture is encoder_decoder, which mtf generate does not "
+                         "decode yet (with or without --no-cache): evaluate it with 'mtf eval' (its exact_match is the "
+                         "teacher-forced answers' exact match), or generate with a decoder-only model", cfg->source);
   int rank = mtf_world_rank();
   int64_t vocab = cfg->model.vocab, length = cfg->model.length;
   gen_prompts prompts;

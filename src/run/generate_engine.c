@@ -25,11 +25,14 @@ int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, 
   e->g = mtf_graph_create((uint64_t)cfg->train.seed);
   mtf_session_options options = mtf_run_session_options(cfg);
   int rc = MTF_OK;
+  /* A prompt is one document: no segment inputs, whatever data.pack the model was trained with. */
+  mtf_model_config model = cfg->model;
+  strcpy(model.pack, "none");
   if (cached) {
-    rc = mtf_transformer_build_mode(e->g, &cfg->model, rows, 0.0f, MTF_MODE_PREFILL, &e->prefill, err);
-    if (rc == MTF_OK) rc = mtf_transformer_build_mode(e->g, &cfg->model, rows, 0.0f, MTF_MODE_DECODE, &e->decode, err);
+    rc = mtf_transformer_build_mode(e->g, &model, rows, 0.0f, MTF_MODE_PREFILL, &e->prefill, err);
+    if (rc == MTF_OK) rc = mtf_transformer_build_mode(e->g, &model, rows, 0.0f, MTF_MODE_DECODE, &e->decode, err);
   } else {
-    rc = mtf_transformer_build(e->g, &cfg->model, rows, 0.0f, &e->full, err);
+    rc = mtf_transformer_build(e->g, &model, rows, 0.0f, &e->full, err);
   }
   /* Rank 0's plans only check the layout, alike on every rank. */
   mtf_plan *check = NULL;

@@ -148,8 +148,17 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
   dropless.moe.dropless = 1;
   if (rc == MTF_OK) rc = mtf_transformer_build(p->graph, &eval_model, rows, 0.0f, &p->eval_model, err);
+  /* Evaluation also fetches the counted loss's sum and count (packed sequences, model/segments.h; the
+   * encoder-decoder's answer tokens) and the encoder-decoder's exact-match count. */
+  mtf_tensor eval_fetches[4] = {p->eval_model.token_loss};
+  int n_eval_fetches = 1;
+  if (p->eval_model.loss_count != MTF_NO_TENSOR) {
+    eval_fetches[n_eval_fetches++] = p->eval_model.loss_sum;
+    eval_fetches[n_eval_fetches++] = p->eval_model.loss_count;
+  }
+  if (p->eval_model.exact_rows != MTF_NO_TENSOR) eval_fetches[n_eval_fetches++] = p->eval_model.exact_rows;
   if (rc == MTF_OK)
-    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->eval_model.token_loss,
+    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches,
                                          &p->eval_plan, err);
   if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
     rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
@@ -213,10 +222,18 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
   m->eval_arena = arena(p->eval_plan) + arena(p->dropless_plan);
   /* Each session stores the inputs its plan reads (int32 and float are both 4 bytes). */
   const mtf_tensor train_inputs[] = {p->train_model.tokens, p->train_model.targets, p->learning_rate, p->step,
-                                     p->accumulate};
+                                     p->accumulate, p->train_model.encoder_tokens, p->train_model.loss_weights};
   for (size_t i = 0; i < sizeof train_inputs / sizeof train_inputs[0]; i++)
     m->inputs += slice_bytes(p->train_plan, train_inputs[i]) + slice_bytes(p->apply_plan, train_inputs[i]);
-  m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets);
+  m->inputs += slice_bytes(p->eval_plan, p->eval_model.tokens) + slice_bytes(p->eval_plan, p->eval_model.targets) +
+               slice_bytes(p->eval_plan, p->eval_model.encoder_tokens) +
+               slice_bytes(p->eval_plan, p->eval_model.loss_weights);
+  /* Packed sequences: three more int32 inputs of the tokens' shape (data.pack, model/segments.h). */
+  const mtf_tensor segment_inputs[][3] = {
+      {p->train_model.segments, p->train_model.target_segments, p->train_model.segment_positions},
+      {p->eval_model.segments, p->eval_model.target_segments, p->eval_model.segment_positions}};
+  for (int i = 0; i < 3 && p->train_model.segments != MTF_NO_TENSOR; i++)
+    m->inputs += slice_bytes(p->train_plan, segment_inputs[0][i]) + slice_bytes(p->eval_plan, segment_inputs[1][i]);
   m->inputs += slice_bytes(p->dropless_plan, p->dropless_model.tokens) +
                slice_bytes(p->dropless_plan, p->dropless_model.targets);
   /* The loop's rows (raw, inputs, targets) and the loader's prefetch slots: this rank's share of a whole
@@ -225,6 +242,11 @@ void mtf_program_memory_of(const mtf_program *p, const mtf_config *cfg, mtf_prog
                        cfg->model.length * p->microbatches;
   int64_t row_bytes = (cfg->model.length + 1) * (int64_t)sizeof(int32_t);
   m->host = batch_rows * row_bytes * (3 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
+  /* An encoder-decoder's rows are 4 T values (encoder input, decoder input, targets, weights), split into
+   * four arrays of T. */
+  if (p->train_model.encoder_tokens != MTF_NO_TENSOR)
+    m->host = batch_rows * 4 * cfg->model.length * (int64_t)sizeof(int32_t) *
+              (2 + (cfg->train.prefetch > 0 ? cfg->train.prefetch : 1));
   m->runtime = RUNTIME_BYTES;
   m->allreduce_scratch = allreduce_block(p->train_plan);
   if (allreduce_block(p->apply_plan) > m->allreduce_scratch) m->allreduce_scratch = allreduce_block(p->apply_plan);

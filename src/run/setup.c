@@ -153,7 +153,9 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
                              .seed = seed,
                              .prefetch = prefetch,
                              .vocab_limit = cfg->model.vocab,
-                             .comm = st->comm};
+                             .comm = st->comm,
+                             .seq2seq = !strcmp(cfg->model.architecture, "encoder_decoder"),
+                             .pack = mtf_pack_mode_of(cfg->model.pack)};
   /* A model smaller than the shards' vocabulary is an error now, not at the first large id (which may be
    * hours into training). Every rank reads the same shard attributes, so all fail alike. */
   mtf_dataset dataset;
@@ -171,6 +173,53 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
   const mtf_shape *mesh = st->device_plans ? &st->host_mesh : &cfg->mesh_shape;
   if (rc == MTF_OK) rc = mtf_loader_open(&opts, mesh, &cfg->layout, st->comm->rank, out, err);
   return rc ? mtf_error_prefix(err, "%s: data", cfg->source) : MTF_OK;
+}
+
+int mtf_run_batch_alloc(mtf_run_batch *batch, const mtf_loader *loader, int64_t length, int packed, mtf_error *err) {
+  memset(batch, 0, sizeof *batch);
+  batch->rows = mtf_loader_local_batch(loader);
+  batch->length = length;
+  size_t values = (size_t)(batch->rows * length);
+  batch->raw = malloc(sizeof(int32_t) * (size_t)(batch->rows * mtf_loader_row_ints(loader)));
+  int32_t **arrays[4] = {&batch->inputs.tokens, &batch->inputs.targets, &batch->inputs.encoder_tokens,
+                         &batch->inputs.loss_weights};
+  int failed = !batch->raw;
+  for (int i = 0; i < 4; i++) failed |= (*arrays[i] = malloc(sizeof(int32_t) * values)) == NULL;
+  if (!failed && mtf_packed_rows_alloc(&batch->packed, packed, batch->rows * length, err) != MTF_OK) failed = 1;
+  if (failed) {
+    mtf_run_batch_free(batch);
+    return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for a batch of %lld rows", (long long)batch->rows);
+  }
+  return MTF_OK;
+}
+
+void mtf_run_batch_free(mtf_run_batch *batch) {
+  free(batch->raw);
+  free(batch->inputs.tokens);
+  free(batch->inputs.targets);
+  free(batch->inputs.encoder_tokens);
+  free(batch->inputs.loss_weights);
+  mtf_packed_rows_free(&batch->packed);
+  memset(batch, 0, sizeof *batch);
+}
+
+int mtf_run_batch_next(mtf_run_batch *batch, mtf_loader *loader, mtf_error *err) {
+  MTF_CHECK(mtf_loader_next(loader, batch->raw, err));
+  mtf_loader_split_batch(loader, batch->raw, &batch->inputs);
+  mtf_packed_rows_fill(&batch->packed, loader);
+  return MTF_OK;
+}
+
+int mtf_run_batch_feed(const mtf_run_batch *batch, mtf_session *session, const mtf_transformer *model, int64_t first,
+                       mtf_error *err) {
+  int64_t offset = first * batch->length;
+  MTF_CHECK(mtf_session_set_input_slice_int(session, model->tokens, batch->inputs.tokens + offset, err));
+  MTF_CHECK(mtf_session_set_input_slice_int(session, model->targets, batch->inputs.targets + offset, err));
+  if (model->encoder_tokens != MTF_NO_TENSOR)
+    MTF_CHECK(mtf_session_set_input_slice_int(session, model->encoder_tokens, batch->inputs.encoder_tokens + offset, err));
+  if (model->loss_weights != MTF_NO_TENSOR)
+    MTF_CHECK(mtf_session_set_input_slice_int(session, model->loss_weights, batch->inputs.loss_weights + offset, err));
+  return mtf_packed_rows_set(session, model, &batch->packed, offset, err);
 }
 
 mtf_ckpt_model mtf_run_checkpoint_model(mtf_run_state *st, int training) {

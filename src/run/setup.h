@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "io/loader.h"
 #include "mtf.h"
+#include "run/packed_rows.h"
 #include "run/program.h"
 
 /* Session options for cfg: backend.kind, and backend.threads resolved for the ranks on this node.
@@ -32,6 +33,8 @@ typedef struct mtf_run_state {
   mtf_session *train, *eval;
   mtf_session *dropless; /* MoE that can drop tokens in evaluation: the dropless evaluation pass; else NULL */
   double dropless_loss;  /* the last mtf_run_evaluate's dropless loss (with `dropless`) */
+  double exact_match;    /* encoder_decoder: the last evaluation's fraction of rows with every answer token the
+                          * argmax (teacher-forced); -1 otherwise */
   mtf_session *apply; /* train.microbatches > 1: the optimizer update (shares train's variables); else NULL */
   int rank; /* in the job (= the mesh rank) */
   /* backend pjrt (one process owning the mesh's devices): the program and comm above are of a one-rank
@@ -54,6 +57,24 @@ void mtf_run_teardown(mtf_run_state *st);
 /* A loader over `data` for this rank's rows of the model's [batch, length] inputs. Collective. */
 int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed, int prefetch, mtf_loader **out,
                         mtf_error *err);
+
+/* A loader's batch in host memory: the rows of one next() call and the model's int32 inputs split from
+ * them (io/loader.h; encoder_tokens and loss_weights only for an encoder-decoder). */
+typedef struct mtf_run_batch {
+  int32_t *raw;
+  mtf_loader_batch inputs;
+  mtf_packed_rows packed; /* data.pack: the segment inputs (run/packed_rows.h); empty otherwise */
+  int64_t rows, length;
+} mtf_run_batch;
+/* Allocates for this rank's rows of `loader` (and their segment inputs when `packed`); MTF_ERR_NOMEM (not
+ * agreed) on failure. */
+int mtf_run_batch_alloc(mtf_run_batch *batch, const mtf_loader *loader, int64_t length, int packed, mtf_error *err);
+void mtf_run_batch_free(mtf_run_batch *batch);
+/* The next batch: mtf_loader_next, then split into the inputs. Collective like mtf_loader_next. */
+int mtf_run_batch_next(mtf_run_batch *batch, mtf_loader *loader, mtf_error *err);
+/* Sets the model's inputs in session from `rows` rows starting at row `first` of the batch (a microbatch). */
+int mtf_run_batch_feed(const mtf_run_batch *batch, mtf_session *session, const mtf_transformer *model, int64_t first,
+                       mtf_error *err);
 
 /* The training (or evaluation) session's variables as a checkpoint model. */
 mtf_ckpt_model mtf_run_checkpoint_model(mtf_run_state *st, int training);

@@ -12,6 +12,7 @@
 #include "run/eval.h"
 #include "run/metrics.h"
 #include "run/mfu.h"
+#include "run/packed_rows.h"
 #include "run/setup.h"
 #include "run/signals.h"
 #include "run/train.h"
@@ -99,14 +100,14 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
  * microbatches, microbatch m is the m-th run of rows/N of this rank's rows (mtf_session_set_microbatch
  * numbers them for dropout as rows of the whole batch), its gradients added into the accumulators; then
  * the apply plan updates. A failure here is inside the sessions' collectives, so it ends the job. */
-static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *targets, int64_t rows, int64_t step,
-                       float lr, float *loss, float *grad_norm) {
+static void train_step(mtf_run_state *st, const mtf_run_batch *batch, int64_t step, float lr, float *loss,
+                       float *grad_norm) {
   mtf_error err;
   float step_value = (float)step;
   const mtf_program *p = &st->program;
   int N = p->microbatches;
   mtf_session *update = st->apply ? st->apply : st->train;
-  int64_t chunk = rows / N * st->cfg->model.length;
+  int64_t chunk = batch->rows / N;
   double sum = 0;
   mtf_session_set_random_offset(st->train, (uint64_t)step);
   if (mtf_session_set_input(update, p->learning_rate, &lr, &err) || mtf_session_set_input(update, p->step, &step_value, &err))
@@ -115,8 +116,7 @@ static void train_step(mtf_run_state *st, const int32_t *inputs, const int32_t *
     float accumulate = m > 0 ? 1.0f : 0.0f, value;
     if ((N > 1 && (mtf_session_set_microbatch(st->train, "batch", m, N, &err) ||
                    mtf_session_set_input(st->train, p->accumulate, &accumulate, &err))) ||
-        mtf_session_set_input_slice_int(st->train, p->train_model.tokens, inputs + m * chunk, &err) ||
-        mtf_session_set_input_slice_int(st->train, p->train_model.targets, targets + m * chunk, &err) ||
+        mtf_run_batch_feed(batch, st->train, &p->train_model, m * chunk, &err) ||
         mtf_session_run(st->train, &err) ||
         mtf_session_fetch(st->train, p->train_model.loss, &value, &err))
       mtf_run_abort("training step", &err);
@@ -194,12 +194,10 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   double job_peak = peak.job;
   print_header(&st, &peak);
 
-  int64_t rows = mtf_loader_local_batch(loader), length = cfg->model.length;
-  int32_t *raw = malloc(sizeof(int32_t) * (size_t)(rows * (length + 1)));
-  int32_t *inputs = malloc(sizeof(int32_t) * (size_t)(rows * length)),
-          *targets = malloc(sizeof(int32_t) * (size_t)(rows * length));
-  rc = mtf_comm_agree(st.comm, !raw || !inputs || !targets ? mtf_error_set(err, MTF_ERR_NOMEM, "training: out of memory")
-                                                          : MTF_OK, err);
+  int64_t length = cfg->model.length;
+  mtf_run_batch batch;
+  rc = mtf_comm_agree(st.comm, mtf_run_batch_alloc(&batch, loader, length, st.program.train_model.segments != MTF_NO_TENSOR,
+                                                   err), err);
   double window_start = mtf_now_seconds(), window_comm = 0;
   int64_t window_steps = 0;
   int evaluated_last = 0;
@@ -218,12 +216,11 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
       rc = mtf_error_set(err, MTF_RUN_INTERRUPTED, "interrupted after step %lld", (long long)(step - 1));
       break;
     }
-    rc = mtf_loader_next(loader, raw, err);
+    rc = mtf_run_batch_next(&batch, loader, err);
     if (rc) break;
-    mtf_loader_split(loader, raw, inputs, targets);
     float lr = (float)mtf_schedule_learning_rate(&schedule, step), loss, grad_norm;
     double comm_before = mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0);
-    train_step(&st, inputs, targets, rows, step, lr, &loss, &grad_norm);
+    train_step(&st, &batch, step, lr, &loss, &grad_norm);
     window_comm += mtf_session_comm_seconds(st.train) + (st.apply ? mtf_session_comm_seconds(st.apply) : 0) - comm_before;
     window_steps++;
     if (!isfinite(loss)) {
@@ -262,9 +259,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
       last_saved = step;
     }
   }
-  free(raw);
-  free(inputs);
-  free(targets);
+  mtf_run_batch_free(&batch);
   mtf_loader_close(loader);
   /* A run with nothing left to train (train.steps reached, or 0) still evaluates. */
   if (rc == MTF_OK && cfg->data_eval[0] && !evaluated_last) rc = evaluate_and_print(&st, err);

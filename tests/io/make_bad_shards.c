@@ -59,6 +59,29 @@ static hid_t good_shard_without(const char *dir, const char *name, char *path, s
   return file;
 }
 
+/* A good 1000-token shard at dir/shard-00000.h5 with a `segments` dataset of the given type and dims,
+ * its ids 1, 1, 2, 2, ... and, when negative_at >= 0, -3 there. (The packed-sequence cases.) */
+static int shard_with_segments(const char *root, const char *kind, hid_t type, int rank, const hsize_t *dims,
+                               int negative_at) {
+  char dir[2048], path[4096];
+  make_dir(root, kind, dir, sizeof dir);
+  hid_t file = good_shard_without(dir, NULL, path, sizeof path);
+  if (file < 0) return -1;
+  hsize_t total = 1;
+  for (int i = 0; i < rank; i++) total *= dims[i];
+  int32_t *ids = malloc(sizeof(int32_t) * total);
+  for (hsize_t i = 0; i < total; i++) ids[i] = (int32_t)(i / 2) + 1;
+  if (negative_at >= 0) ids[negative_at] = -3;
+  hid_t space = H5Screate_simple(rank, dims, NULL);
+  hid_t dataset = H5Dcreate2(file, "segments", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t status = dataset < 0 ? -1 : H5Dwrite(dataset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids);
+  if (dataset >= 0) H5Dclose(dataset);
+  H5Sclose(space);
+  H5Fclose(file);
+  free(ids);
+  return status < 0 ? -1 : 0;
+}
+
 /* Attribute `name` of the given type and dataspace (rank 0: scalar), with data from buf. */
 static int put_attr_as(hid_t file, const char *name, hid_t type, hid_t mem_type, int rank, hsize_t count,
                        const void *buf) {
@@ -231,6 +254,15 @@ int main(int argc, char **argv) {
   make_dir(root, "empty", dir, sizeof dir); /* a directory with no shards at all */
 
   failed |= write_attr_cases(root);
+
+  /* Bad `segments` datasets next to good tokens: float, 2-D, one id short, uint32, a negative id. */
+  hsize_t short_dims[1] = {999};
+  failed |= shard_with_segments(root, "segments-float", H5T_IEEE_F32LE, 1, dims1, -1);
+  failed |= shard_with_segments(root, "segments-rank2", H5T_STD_I32LE, 2, dims2, -1);
+  failed |= shard_with_segments(root, "segments-short", H5T_STD_I32LE, 1, short_dims, -1);
+  failed |= shard_with_segments(root, "segments-uint32", H5T_STD_U32LE, 1, dims1, -1);
+  failed |= shard_with_segments(root, "segments-negative", H5T_STD_I32LE, 1, dims1, 417);
+  failed |= shard_with_segments(root, "segments-good", H5T_STD_I16LE, 1, dims1, -1);
 
   /* A FIFO named like a shard (opening it blocking would hang), next to nothing else. */
   make_dir(root, "fifo", dir, sizeof dir);

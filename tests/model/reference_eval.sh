@@ -6,26 +6,44 @@
 #     each once) against the reference's mean cross-entropy over that shard, and
 #   - the training loss that metrics.jsonl records at step 11 (computed with step 10's parameters) against
 #     the reference's training loss (label smoothing and z-loss included) over the training shard;
-# each within 1e-5 (absolute; the losses are about 3-6).
+# each within 1e-5 (absolute; the losses are about 3-6). An encoder-decoder's losses are over its answer
+# tokens (tests/model/reference_encoder_decoder.py), and its teacher-forced exact match must agree too.
 # usage: reference_eval.sh MTF MPIEXEC CONFIG DATA WORK [--set k=v]...
 set -euo pipefail
 mtf=$1 mpiexec=$2 config=$3 data=$4 work=$5
 shift 5
 py=/usr/bin/python3
 rm -rf "$work"; mkdir -p "$work"
-# Shards of 8 and 32 windows of 16 + 1 tokens (model.length is set to 16 below) from the synthetic data.
-$py - "$data/train-00000.h5" "$work" <<'PY'
+# Shards of 8 and 32 windows of 16 + 1 tokens (model.length is set to 16 below) from the synthetic data;
+# for an encoder-decoder (--set model.architecture=encoder_decoder), of 8 and 32 marked examples.
+seq2seq=0; case " $* " in *model.architecture=encoder_decoder*) seq2seq=1;; esac
+$py - "$data/train-00000.h5" "$work" "$seq2seq" <<'PY'
 import sys, h5py, numpy as np
-source, work = sys.argv[1], sys.argv[2]
+source, work, seq2seq = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 with h5py.File(source, "r") as f:
     tokens, attrs = f["tokens"][()], dict(f.attrs)
+    spans = f["seq2seq_examples"][()] if seq2seq else None
+    segments = f["segments"][()] if "segments" in f else None  # packed shards (data.pack: segments)
+attrs.pop("seq2seq", None)
+first = 0
 for name, windows in (("train", 8), ("eval", 32)):
-    part = tokens[1000:1000 + windows * 16 + 1]
+    if seq2seq:  # whole examples from the 40th on, their marks rebased to the new shard
+        rows = spans[40 + first:40 + first + windows]
+        first += windows
+        begin, end = rows[0][0], rows[-1][2]
+        part, marks = tokens[begin:end], rows - begin
+    else:
+        part = tokens[1000:1000 + windows * 16 + 1]
     with h5py.File(f"{work}/{name}-00000.h5", "w") as g:
         g.create_dataset("tokens", data=part.astype(np.uint16))
+        if segments is not None:
+            g.create_dataset("segments", data=segments[1000:1000 + windows * 16 + 1].astype(np.int32))
         for k, v in attrs.items():
             g.attrs[k] = v
         g.attrs["num_tokens"] = len(part)
+        if seq2seq:
+            g.attrs["seq2seq"] = np.int64(1)
+            g.create_dataset("seq2seq_examples", data=marks.astype(np.int64))
 PY
 set_common=(--set model.length=16 --set train.batch=8 --set train.eval_batches=4 --set train.microbatches=1)
 "$mpiexec" -n 1 --bind-to none "$mtf" train "$config" --fresh "${set_common[@]}" --set "data.train=$work/train-00000.h5" \
@@ -47,5 +65,10 @@ d_eval, d_train = abs(mtf_eval - ref_eval["xent"]), abs(step11 - ref_train["trai
 print(f"[{sys.argv[5]}] eval loss: mtf {mtf_eval:.8f}, reference {ref_eval['xent']:.8f} (difference {d_eval:.2e}); "
       f"training loss at step 10's parameters: mtf {step11:.8f}, reference {ref_train['train']:.8f} "
       f"(difference {d_train:.2e}; reference cross-entropy alone {ref_train['xent']:.8f})")
-sys.exit(0 if d_eval <= 1e-5 and d_train <= 1e-5 else 1)
+ok = d_eval <= 1e-5 and d_train <= 1e-5
+if "exact_match" in ref_eval:
+    mtf_exact = json.loads(sys.argv[1])["exact_match"]
+    print(f"teacher-forced exact match: mtf {mtf_exact:.6f}, reference {ref_eval['exact_match']:.6f}")
+    ok = ok and abs(mtf_exact - ref_eval["exact_match"]) < 1e-9
+sys.exit(0 if ok else 1)
 PY
