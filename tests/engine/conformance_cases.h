@@ -58,6 +58,12 @@ static mtf_tensor c_unary(ARGS) {
   t = mtf_add(g, t, mtf_add(g, mtf_relu(g, x), mtf_gelu(g, x)));
   return mtf_scalar_add(g, mtf_scalar_multiply(g, t, -0.75f), 0.125f);
 }
+/* Rotary angles reach model.length radians: large arguments too. */
+static mtf_tensor c_sin_cos(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor x = mtf_scalar_multiply(g, v[0], 40.0f);
+  return mtf_add(g, mtf_sin(g, x), mtf_scalar_multiply(g, mtf_cos(g, x), 0.5f));
+}
 static mtf_tensor c_swish(ARGS) { UNUSED_INPUTS; return mtf_swish(g, mtf_scalar_multiply(g, v[0], 3.0f)); }
 static mtf_tensor c_reduce_max(ARGS) { UNUSED_INPUTS; return mtf_reduce_max_dim(g, v[0], "d"); }
 static mtf_tensor c_broadcast(ARGS) { UNUSED_INPUTS; mtf_shape o = S("a:3,c:1,d:4"); return mtf_broadcast(g, v[0], &o); }
@@ -272,6 +278,7 @@ static const op_case cases[] = {
     {"equal / less_equal", {"a:3,d:4", "a:3"}, c_compare},
     {"unary functions", {"a:3,c:1,d:4"}, c_unary},
     {"swish (SiLU)", {"a:3,c:1,d:4"}, c_swish},
+    {"sin, cos (large angles)", {"a:3,d:4"}, c_sin_cos},
     {"reduce_max", {"a:3,d:4"}, c_reduce_max},
     {"broadcast", {"d:4"}, c_broadcast},
     {"constant, range, one_hot", {"d:4,v:6"}, c_sources},

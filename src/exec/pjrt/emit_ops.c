@@ -57,6 +57,8 @@ int e_unary_fn(h_emitter *E, mtf_unary_kind fn, float alpha, float beta, int x) 
     case MTF_UN_GELU:
       return h_binop(E, "multiply", h_binop(E, "multiply", fconst(E, 0.5, x), x), h_binop(E, "add", one, gelu_tanh(E, x)));
     case MTF_UN_GELU_GRAD: return gelu_grad(E, x);
+    case MTF_UN_SIN: return h_convert(E, h_unop(E, "sine", h_convert(E, x, H_F64)), H_F32); /* in double, as the CPU */
+    case MTF_UN_COS: return h_convert(E, h_unop(E, "cosine", h_convert(E, x, H_F64)), H_F32);
     case MTF_UN_SWISH: return h_binop(E, "multiply", x, h_unop(E, "logistic", x));
     case MTF_UN_SWISH_GRAD: {
       int s = h_unop(E, "logistic", x);
