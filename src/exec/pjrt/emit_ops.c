@@ -47,9 +47,6 @@ int e_unary_fn(h_emitter *E, mtf_unary_kind fn, float alpha, float beta, int x) 
     case MTF_UN_RSQRT: return h_binop(E, "divide", one, h_unop(E, "sqrt", x));
     case MTF_UN_SQRT: return h_unop(E, "sqrt", x);
     case MTF_UN_SQUARE: return h_binop(E, "multiply", x, x);
-    /* sin and cos in f64, rounded to f32, as the CPU kernels (positions' rotary angles) compute them. */
-    case MTF_UN_SIN: return h_convert(E, h_unop(E, "sine", h_convert(E, x, H_F64)), H_F32);
-    case MTF_UN_COS: return h_convert(E, h_unop(E, "cosine", h_convert(E, x, H_F64)), H_F32);
     case MTF_UN_TANH: return h_unop(E, "tanh", x);
     case MTF_UN_SIGMOID: return h_unop(E, "logistic", x);
     case MTF_UN_RELU: return h_select(E, h_compare(E, "GT", x, zero), x, zero);
