@@ -64,3 +64,28 @@ elseif(MTF_ENABLE_CUDA)
 else()
   message(STATUS "mtf: CUDA disabled (MTF_ENABLE_CUDA=OFF): building the CPU backend only")
 endif()
+
+# PJRT is optional: the backend that runs mtf's plans through a PJRT plugin (XLA CPU, libtpu, GPU plugins)
+# is built when pjrt_c_api.h is found: -DMTF_PJRT_INCLUDE=DIR, else the project-local install of
+# `bash tools/install-deps.sh --pjrt` (.deps/pjrt, from PyPI's xla-cpu-pjrt, which ships the header).
+# The plugin itself is loaded at run time (dlopen); MTF_PJRT_PLUGIN is the build's default for it.
+option(MTF_ENABLE_PJRT "Build the PJRT backend when pjrt_c_api.h is found" ON)
+set(MTF_PJRT_DIR ${PROJECT_SOURCE_DIR}/.deps/pjrt)
+set(MTF_PJRT_INCLUDE "" CACHE PATH "Directory holding pjrt_c_api.h (default: .deps/pjrt/include)")
+set(MTF_HAVE_PJRT OFF)
+if(MTF_ENABLE_PJRT)
+  find_path(MTF_PJRT_INCLUDE_DIR NAMES pjrt_c_api.h HINTS ${MTF_PJRT_INCLUDE} ${MTF_PJRT_DIR}/include NO_DEFAULT_PATH)
+  if(MTF_PJRT_INCLUDE_DIR)
+    set(MTF_HAVE_PJRT ON)
+    if(NOT DEFINED MTF_PJRT_PLUGIN AND EXISTS ${MTF_PJRT_DIR}/xla_cpu_pjrt.so)
+      set(MTF_PJRT_PLUGIN ${MTF_PJRT_DIR}/xla_cpu_pjrt.so)
+    endif()
+    set(MTF_PJRT_PLUGIN "${MTF_PJRT_PLUGIN}" CACHE FILEPATH "Default PJRT plugin (backend.plugin / MTF_PJRT_PLUGIN override it)")
+    message(STATUS "mtf: PJRT backend (pjrt_c_api.h in ${MTF_PJRT_INCLUDE_DIR}; default plugin '${MTF_PJRT_PLUGIN}')")
+  else()
+    message(STATUS "mtf: pjrt_c_api.h not found (bash tools/install-deps.sh --pjrt, or -DMTF_PJRT_INCLUDE=DIR): "
+                   "no PJRT backend")
+  endif()
+else()
+  message(STATUS "mtf: PJRT disabled (MTF_ENABLE_PJRT=OFF)")
+endif()

@@ -277,8 +277,14 @@ int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t);
 /* Checks that a backend kind ("cpu"; later "cuda", "pjrt") is built in and usable here; otherwise an
  * error such as "unknown backend 'gpu' (built in: cpu)". NULL or "" means "cpu". */
 int mtf_backend_check(const char *kind, mtf_error *err);
-/* The built-in kinds, comma-separated ("cpu"). */
+/* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
+/* What a backend runs on, as lines for `mtf --version` and the start of a run (empty for cpu). For pjrt it
+ * opens the plugin (`plugin`, NULL = $MTF_PJRT_PLUGIN or the installed one; `local_devices`, 0 = all) and
+ * describes platform, version and devices; with mesh_devices > 0 it also checks that the mesh has
+ * processes x devices devices. Errors name the plugin, the package and the settings. */
+int mtf_backend_describe(const char *kind, const char *plugin, int local_devices, long mesh_devices, int processes,
+                         char *out, size_t cap, mtf_error *err);
 /* Threads a CPU backend uses on one rank for `requested` (0: cores of this node / ranks on it). */
 int mtf_backend_resolve_threads(int requested, int ranks_per_node);
 
@@ -293,6 +299,8 @@ typedef struct mtf_session_options {
   const struct mtf_session *share_variables_with;
   const char *backend; /* backend kind (mtf_backend_check); NULL or "" = "cpu" */
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
+  const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
+  int local_devices;   /* pjrt: devices to ask the plugin for (0: the plugin's default, all on TPU/GPU) */
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
@@ -300,6 +308,15 @@ typedef struct mtf_session_options {
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
                        mtf_error *err);
 void mtf_session_destroy(mtf_session *s);
+/* backend pjrt, one process owning every device of the mesh: device_plans[r] is mesh rank r's plan of the
+ * graph (device r runs it), all compiled into one program run once per mtf_session_run. host_plan is the
+ * same graph's plan on a one-rank mesh (every axis of size 1) and comm that mesh's communicator: inputs,
+ * fetches, read_slice and write_variable speak of its slices, which are whole tensors. The plans must
+ * outlive the session. train.microbatches > 1 (set_microbatch with count > 1) is refused for now. */
+int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
+                            const mtf_session_options *options, mtf_session **out, mtf_error *err);
+/* Devices the session computes on: 1, or the mesh's size for an spmd session. */
+int mtf_session_devices(const mtf_session *s);
 /* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
  * the plan does not read is accepted and ignored. */
 int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err);

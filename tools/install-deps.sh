@@ -5,6 +5,10 @@
 #             --system-site-packages) plus the PyPI packages of tools/prepare_tokenized.py (tokenizers) and
 #             tools/tensorboard_export.py (tensorboardX). Tools and tests use .venv/bin/python.
 #             MTF_VENV=DIR puts it elsewhere.
+#   --pjrt    also the XLA CPU PJRT plugin (PyPI's xla-cpu-pjrt: xla_cpu_pjrt.so and the pjrt_c_api.h it ships)
+#             into .deps/pjrt (git-ignored; MTF_PJRT_DIR=DIR puts it elsewhere): `pip download` of the wheel and
+#             an unzip, no Python environment changed. CMake builds the pjrt backend when it finds the header
+#             there, and tests load the plugin from there. MTF_PJRT_WHEEL=FILE uses a wheel already downloaded.
 #   --peers   also Debian's python3-torch (/usr/bin/python3), the PyTorch peer of tools/bench_peers.sh;
 #             never installed without the flag (it is large and nothing else needs it).
 set -euo pipefail
@@ -12,11 +16,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 with_python=0
 with_peers=0
+with_pjrt=0
 for arg in "$@"; do
   case "$arg" in
     --python) with_python=1 ;;
     --peers) with_peers=1 ;;
-    *) echo "install-deps: unknown option '$arg' (usage: install-deps.sh [--python] [--peers])" >&2; exit 2 ;;
+    --pjrt) with_pjrt=1 ;;
+    *) echo "install-deps: unknown option '$arg' (usage: install-deps.sh [--python] [--pjrt] [--peers])" >&2; exit 2 ;;
   esac
 done
 VENV=${MTF_VENV:-.venv}
@@ -38,6 +44,40 @@ python_venv() {
   echo "install-deps: $VENV has h5py, numpy, ${PIP_PKGS[*]}"
 }
 
+# The XLA CPU PJRT plugin, pinned: the C API version mtf is tested with (0.81) comes from this wheel's header.
+PJRT_PACKAGE=xla-cpu-pjrt
+PJRT_VERSION=0.0.1
+PJRT_DIR=${MTF_PJRT_DIR:-.deps/pjrt}
+
+pjrt_plugin() {
+  if [ -f "$PJRT_DIR/xla_cpu_pjrt.so" ] && [ -f "$PJRT_DIR/include/pjrt_c_api.h" ]; then
+    echo "install-deps: $PJRT_DIR has $PJRT_PACKAGE (xla_cpu_pjrt.so, include/pjrt_c_api.h)"
+    return
+  fi
+  local tmp wheel
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' RETURN
+  if [ -n "${MTF_PJRT_WHEEL:-}" ]; then
+    wheel=$MTF_PJRT_WHEEL
+  else
+    echo "install-deps: downloading $PJRT_PACKAGE==$PJRT_VERSION from PyPI (about 63 MB) into $PJRT_DIR"
+    /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      -d "$tmp" "$PJRT_PACKAGE==$PJRT_VERSION"
+    wheel=$(ls "$tmp"/*.whl)
+  fi
+  # A wheel is a zip: Python's zipfile unpacks it (no unzip package needed).
+  /usr/bin/python3 -m zipfile -e "$wheel" "$tmp/unpacked"
+  local src="$tmp/unpacked/xla_plugins/xla_cpu_pjrt"
+  if [ ! -f "$src/xla_cpu_pjrt.so" ] || [ ! -f "$src/include/pjrt_c_api.h" ]; then
+    echo "install-deps: $wheel has no xla_plugins/xla_cpu_pjrt/{xla_cpu_pjrt.so,include/pjrt_c_api.h}" >&2
+    exit 1
+  fi
+  mkdir -p "$PJRT_DIR/include"
+  cp "$src/xla_cpu_pjrt.so" "$PJRT_DIR/"
+  cp "$src/include/pjrt_c_api.h" "$PJRT_DIR/include/"
+  echo "install-deps: $PJRT_DIR has $PJRT_PACKAGE $PJRT_VERSION (xla_cpu_pjrt.so, include/pjrt_c_api.h)"
+}
+
 PKGS=(
   build-essential cmake pkg-config          # toolchain (C11, CMake >= 3.25)
   libopenmpi-dev openmpi-bin libpmix-dev    # MPI, one rank per device; PMIx for srun --mpi=pmix
@@ -45,7 +85,7 @@ PKGS=(
   libopenblas-dev libyaml-dev               # CPU sgemm, config parser
   slurm-wlm slurmctld slurmd slurm-client munge   # a real local Slurm for the job-template tests
   python3 python3-numpy python3-h5py        # outside readers of our HDF5 files in tests
-  python3-venv                              # .venv for the PyPI packages (--python)
+  python3-venv python3-pip                  # .venv for the PyPI packages (--python); pip download (--pjrt)
   python3-matplotlib                        # tools/plot_metrics.py
   fortunes                                  # default text corpus for the quick start
   clang libclang-rt-14-dev                  # tools/fuzz.sh: libFuzzer and the ASan/UBSan runtimes
@@ -62,6 +102,7 @@ done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages already installed"
   if [ "$with_python" = 1 ]; then python_venv; fi
+  if [ "$with_pjrt" = 1 ]; then pjrt_plugin; fi
   exit 0
 fi
 
@@ -76,3 +117,4 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: all ${#PKGS[@]} packages installed"
 if [ "$with_python" = 1 ]; then python_venv; fi
+if [ "$with_pjrt" = 1 ]; then pjrt_plugin; fi

@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-bash tools/install-deps.sh --python   # --python: .venv with tokenizers (tests/tokenize), tensorboardX
+bash tools/install-deps.sh --python --pjrt   # --python: .venv with tokenizers (tests/tokenize), tensorboardX;
+                                             # --pjrt: the XLA CPU PJRT plugin in .deps/pjrt (the pjrt backend and its tests)
 
 jobs=$(nproc 2>/dev/null || echo 2)
 build_dir=${MTF_BUILD_DIR:-build}

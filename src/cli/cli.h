@@ -8,6 +8,8 @@
 enum { MTF_EXIT_OK = 0, MTF_EXIT_FAILURE = 1, MTF_EXIT_USAGE = 2 };
 
 void mtf_print_version(FILE *out);
+/* `mtf --version [--set backend.KEY=VALUE ...]`: the version, then the backend's description (pjrt). */
+int mtf_cmd_version(int argc, char **argv);
 
 int mtf_cmd_layout(int argc, char **argv);
 int mtf_cmd_commcheck(int argc, char **argv);

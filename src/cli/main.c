@@ -26,7 +26,7 @@ static const command commands[] = {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: mtf <command> [options]\n"
-          "       mtf --help | --version\n"
+          "       mtf --help | --version [--set backend.KEY=VALUE ...]\n"
           "\n"
           "mtf is Mesh TensorFlow's model parallelism as one MPI program: tensors have named dimensions,\n"
           "processors form a named mesh, and layout rules (dimension:mesh-axis) say what is split where.\n"
@@ -37,7 +37,8 @@ static void usage(FILE *out) {
           "\n"
           "options:\n"
           "  -h, --help     show this help\n"
-          "  -V, --version  show the version and the libraries mtf was built with\n"
+          "  -V, --version  show the version and the libraries mtf was built with; with --set backend.kind=pjrt\n"
+          "                 (and backend.plugin, backend.local_devices) also the PJRT platform and devices\n"
           "\n"
           "Run 'mtf <command> --help' for a command's options.\n"
           "Exit status: 0 success, 1 failure (the message says why), 2 bad command line.\n");
@@ -54,8 +55,7 @@ int main(int argc, char **argv) {
     return MTF_EXIT_OK;
   }
   if (strcmp(name, "-V") == 0 || strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
-    mtf_print_version(stdout);
-    return MTF_EXIT_OK;
+    return mtf_cmd_version(argc - 1, argv + 1);
   }
   for (size_t i = 0; i < COMMAND_COUNT; i++)
     if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);

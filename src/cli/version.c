@@ -1,10 +1,13 @@
 #include <cblas.h>
 #include <hdf5.h>
 #include <stddef.h>
+#include <string.h>
 #include <yaml.h>
 
 #include "cli/cli.h"
 #include "comm/world.h"
+#include "config/config.h"
+#include "mtf.h"
 
 #ifdef MTF_HAVE_CUDA
 /* Defined by the CUDA probe (src/exec/cuda), which is linked into mtf only in a CUDA build: runtime, cuBLAS
@@ -37,4 +40,37 @@ void mtf_print_version(FILE *out) {
 #else
   fprintf(out, "  CUDA:     not built (no nvcc at configure time, or MTF_ENABLE_CUDA=OFF)\n");
 #endif
+}
+
+int mtf_cmd_version(int argc, char **argv) {
+  mtf_config cfg;
+  mtf_config_defaults(&cfg);
+  mtf_error err = {0};
+  for (int i = 1; i < argc; i++) {
+    const char *assignment = NULL;
+    if (strcmp(argv[i], "--set") == 0 && i + 1 < argc) assignment = argv[++i];
+    else if (strncmp(argv[i], "--set=", 6) == 0) assignment = argv[i] + 6;
+    if (!assignment || strncmp(assignment, "backend.", 8) != 0) {
+      fprintf(stderr, "mtf --version: unexpected '%s' (usage: mtf --version [--set backend.KEY=VALUE ...])\n", argv[i]);
+      return MTF_EXIT_USAGE;
+    }
+    if (mtf_config_set(&cfg, assignment, &err) != MTF_OK) {
+      fprintf(stderr, "mtf --version: %s\n", err.msg);
+      return MTF_EXIT_FAILURE;
+    }
+  }
+  if (mtf_config_validate(&cfg, &err) != MTF_OK) {
+    fprintf(stderr, "mtf --version: %s\n", err.msg);
+    return MTF_EXIT_FAILURE;
+  }
+  mtf_print_version(stdout);
+  fprintf(stdout, "  backends: %s\n", mtf_backend_kinds());
+  fflush(stdout);
+  char desc[4096];
+  if (mtf_backend_describe(cfg.backend, cfg.plugin, (int)cfg.local_devices, 0, 1, desc, sizeof desc, &err) != MTF_OK) {
+    fprintf(stderr, "mtf --version: backend %s: %s\n", cfg.backend, err.msg);
+    return MTF_EXIT_FAILURE;
+  }
+  if (desc[0]) fprintf(stdout, "%s\n", desc);
+  return MTF_EXIT_OK;
 }

@@ -121,6 +121,10 @@ static const key_spec schema[] = {
      "attention stays in a document, positions restart, padding (segment 0) is not in the loss"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
     {"backend.kind", KEY_BACKEND, F(backend), "cpu", 0, 0, NULL, "compute backend (one of those built in)"},
+    {"backend.plugin", KEY_PATH, F(plugin), "\"\"", 0, 0, NULL,
+     "pjrt: the PJRT plugin .so (empty: $MTF_PJRT_PLUGIN, else the CPU plugin of tools/install-deps.sh --pjrt)"},
+    {"backend.local_devices", KEY_INT, F(local_devices), "0", 0, 4096, NULL,
+     "pjrt: devices this process uses (the CPU plugin creates that many); 0 = all addressable ones"},
     {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
     {"backend.peak_gflops", KEY_FLOAT, F(peak_gflops), "0.0", 0, 1e9, NULL,
@@ -599,6 +603,11 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);
+  /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */
+  if (strcmp(cfg->backend, "pjrt") != 0 && (cfg->plugin[0] || cfg->local_devices != 0))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
+                         "pjrt (set that, or remove the key)", src, cfg->plugin[0] ? "backend.plugin" : "backend.local_devices",
+                         cfg->backend);
   return MTF_OK;
 }
 

@@ -69,6 +69,8 @@ typedef struct mtf_config {
   char data_train[MTF_CONFIG_PATH], data_eval[MTF_CONFIG_PATH];
   char run_dir[MTF_CONFIG_PATH];
   char backend[MTF_CONFIG_TEXT]; /* backend.kind: cpu (mtf_backend_kinds()) */
+  char plugin[MTF_CONFIG_PATH];  /* backend.plugin: the PJRT plugin .so; "" = $MTF_PJRT_PLUGIN or the installed one */
+  int64_t local_devices;         /* backend.local_devices: PJRT devices per process; 0 = all addressable */
   int64_t threads;               /* compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it */
   double peak_gflops;            /* backend.peak_gflops: per-rank peak for MFU; 0 = measured at start-up */
 } mtf_config;

@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include "exec/backend.h"
+#ifdef MTF_HAVE_PJRT
+#include "exec/pjrt/pjrt_backend.h"
+#endif
 
 typedef struct backend_entry {
   const char *kind;
@@ -12,6 +15,9 @@ typedef struct backend_entry {
 
 static const backend_entry builtin[] = {
     {"cpu", mtf_cpu_backend_create},
+#ifdef MTF_HAVE_PJRT
+    {"pjrt", mtf_pjrt_backend_create},
+#endif
 };
 
 #define N_BUILTIN (sizeof builtin / sizeof builtin[0])
@@ -35,6 +41,16 @@ static const backend_entry *find(const char *kind, mtf_error *err) {
 }
 
 int mtf_backend_check(const char *kind, mtf_error *err) { return find(kind, err) ? MTF_OK : MTF_ERR_INVALID; }
+
+int mtf_backend_describe(const char *kind, const char *plugin, int local_devices, long mesh_devices, int processes,
+                         char *out, size_t cap, mtf_error *err) {
+  if (cap) out[0] = 0;
+  MTF_CHECK(mtf_backend_check(kind, err));
+#ifdef MTF_HAVE_PJRT
+  if (strcmp(kind, "pjrt") == 0) return mtf_pjrt_probe(plugin, local_devices, mesh_devices, processes, out, cap, err);
+#endif
+  return MTF_OK;
+}
 
 int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err) {
   *out = NULL;

@@ -230,7 +230,11 @@ static int beam_rows(mtf_gen_engine *e, const mtf_generate_options *opts, gen_ro
 
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
   MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
-  MTF_CHECK(mtf_backend_check(cfg->backend, err));  /* alike on every rank */
+  MTF_CHECK(mtf_run_check_backend(cfg, err)); /* alike on every rank */
+  if (strcmp(cfg->backend, "pjrt") == 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "mtf generate on backend.kind pjrt is not built yet (its prefill and "
+                         "decode programs with the key/value cache); generate with backend.kind cpu: checkpoints "
+                         "written on pjrt restore there");
   /* Refused before anything is built (--no-cache too, whose full forward has no encoder input to feed). */
   if (!strcmp(cfg->model.architecture, "encoder_decoder"))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.architecture is encoder_decoder, which mtf generate does not "

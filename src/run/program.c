@@ -43,8 +43,8 @@ static int add_accumulators(mtf_program *p, const mtf_tensor *grads, mtf_error *
   return mtf_graph_status(g, err);
 }
 
-/* Forward, backward and update of the training step; the train (and apply) plan of rank `rank`. */
-static int build_training(const mtf_config *cfg, int rank, mtf_program *p, int64_t rows, mtf_error *err) {
+/* Forward, backward and update of the training step (the graph; the plans are training_plans'). */
+static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, mtf_error *err) {
   mtf_graph *g = p->graph;
   mtf_optimizer_config opt;
   MTF_CHECK(optimizer_config(cfg, &opt, err));
@@ -69,6 +69,16 @@ static int build_training(const mtf_config *cfg, int rank, mtf_program *p, int64
                              p->step, &p->grad_norm, err);
   free(grads);
   if (rc) return rc;
+  p->first_accumulate = first_accumulate;
+  p->first_update = first_update;
+  return MTF_OK;
+}
+
+/* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */
+static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
+                          const mtf_layout_rules *rules, int rank, mtf_plan **train, mtf_plan **apply, mtf_error *err) {
+  const mtf_graph *g = p->graph;
+  int N = p->microbatches;
   /* The MoE layers' metrics are fetched from the train plan: the last microbatch's with microbatches. */
   int n_moe = p->train_model.n_moe, n_fetches = 3 + 3 * n_moe;
   mtf_tensor *fetches = malloc(sizeof(mtf_tensor) * (size_t)n_fetches);
@@ -82,19 +92,44 @@ static int build_training(const mtf_config *cfg, int rank, mtf_program *p, int64
   }
   fetches[n_fetches - 1] = p->grad_norm;
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
+  int rc;
   if (N == 1) {
-    rc = mtf_plan_create_with_options(g, &cfg->mesh_shape, &cfg->layout, rank, n_fetches, fetches, &options,
-                                      &p->train_plan, err);
+    rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
     free(fetches);
     return rc;
   }
-  rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, n_fetches - 1, fetches, first_accumulate,
-                                    first_update - first_accumulate, &options, &p->train_plan, err);
+  rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, n_fetches - 1, fetches, p->first_accumulate,
+                                    p->first_update - p->first_accumulate, &options, train, err);
   free(fetches);
   if (rc == MTF_OK)
-    rc = mtf_plan_create_with_assigns(g, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->grad_norm, first_update,
-                                      mtf_graph_num_assigns(g) - first_update, NULL, &p->apply_plan, err);
+    rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, 1, &p->grad_norm, p->first_update,
+                                      mtf_graph_num_assigns(g) - p->first_update, NULL, apply, err);
   return rc;
+}
+
+/* The evaluation (and dropless) plan of p's graph for `rank` of `mesh` under `rules`. */
+static int evaluation_plans(const mtf_program *p, const mtf_shape *mesh, const mtf_layout_rules *rules, int rank,
+                            mtf_plan **eval, mtf_plan **dropless, mtf_error *err) {
+  MTF_CHECK(mtf_plan_create_without_assigns(p->graph, mesh, rules, rank, 1, &p->eval_model.token_loss, eval, err));
+  if (!dropless) return MTF_OK;
+  return mtf_plan_create_without_assigns(p->graph, mesh, rules, rank, 1, &p->dropless_model.token_loss, dropless, err);
+}
+
+int mtf_program_plans_for(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
+                          const mtf_layout_rules *rules, int rank, mtf_program_plans *out, mtf_error *err) {
+  memset(out, 0, sizeof *out);
+  int rc = training_plans(p, cfg, mesh, rules, rank, &out->train, &out->apply, err);
+  if (rc == MTF_OK) rc = evaluation_plans(p, mesh, rules, rank, &out->eval, p->dropless_plan ? &out->dropless : NULL, err);
+  if (rc != MTF_OK) mtf_program_plans_free(out);
+  return rc;
+}
+
+void mtf_program_plans_free(mtf_program_plans *plans) {
+  mtf_plan_destroy(plans->train);
+  mtf_plan_destroy(plans->apply);
+  mtf_plan_destroy(plans->eval);
+  mtf_plan_destroy(plans->dropless);
+  memset(plans, 0, sizeof *plans);
 }
 
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error *err) {
@@ -107,7 +142,8 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
   int64_t rows = cfg->train.batch / p->microbatches;
   p->graph = mtf_graph_create((uint64_t)cfg->train.seed);
   if (!p->graph) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
-  int rc = build_training(cfg, rank, p, rows, err);
+  int rc = build_training(cfg, p, rows, err);
+  if (rc == MTF_OK) rc = training_plans(p, cfg, &cfg->mesh_shape, &cfg->layout, rank, &p->train_plan, &p->apply_plan, err);
   mtf_model_config eval_model = cfg->model, dropless = cfg->model;
   eval_model.moe.capacity_factor = cfg->model.moe.eval_capacity_factor;
   dropless.moe.dropless = 1;

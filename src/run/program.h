@@ -36,11 +36,22 @@ typedef struct mtf_program {
    * token (model.moe, "dropless"), over the same variables; else dropless_plan is NULL. */
   mtf_transformer dropless_model;
   mtf_plan *dropless_plan;
+  int first_accumulate, first_update; /* the graph's assigns: accumulators [first_accumulate, first_update), then the update */
 } mtf_program;
+
+/* The four plans of one mesh rank (those the program has; the others NULL). */
+typedef struct mtf_program_plans {
+  mtf_plan *train, *apply, *eval, *dropless;
+} mtf_program_plans;
 
 /* Builds the graph and the plans for mesh rank `rank` of cfg->mesh_shape under cfg->layout. */
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *out, mtf_error *err);
 void mtf_program_free(mtf_program *p);
+/* The same plans as mtf_program_build's (fetches, assigns, options) for p's graph on another mesh and rank:
+ * the pjrt backend runs every rank of the device mesh from one process, so it makes them all on one graph. */
+int mtf_program_plans_for(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
+                          const mtf_layout_rules *rules, int rank, mtf_program_plans *out, mtf_error *err);
+void mtf_program_plans_free(mtf_program_plans *plans);
 
 /* The plan that holds every variable that is model state (parameters and optimizer slots): the one to
  * checkpoint the training session through. */

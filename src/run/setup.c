@@ -11,14 +11,20 @@ mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   mtf_session_options options = {0};
   options.backend = cfg->backend;
   options.threads = mtf_backend_resolve_threads((int)cfg->threads, mtf_world_ranks_on_node());
+  options.plugin = cfg->plugin;
+  options.local_devices = (int)cfg->local_devices;
   return options;
 }
 
 void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
   if (mtf_world_rank() != 0 || !session) return;
   FILE *out = to_stderr ? stderr : stdout;
-  fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
-          mtf_session_threads(session));
+  if (strcmp(mtf_session_backend(session), "pjrt") == 0)
+    fprintf(out, "backend: pjrt, %d process x %d devices, one compiled program per step\n", mtf_world_size(),
+            mtf_session_devices(session));
+  else
+    fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
+            mtf_session_threads(session));
   fflush(out);
 }
 
@@ -29,14 +35,80 @@ int mtf_run_agree(int rc, mtf_error *err) {
   return rc != MTF_OK ? rc : agreed;
 }
 
+int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
+  /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
+  MTF_CHECK(mtf_backend_check(cfg->backend, err));
+  if (strcmp(cfg->backend, "pjrt") != 0) return MTF_OK;
+  long mesh_devices = 1;
+  for (int d = 0; d < cfg->mesh_shape.rank; d++) mesh_devices *= cfg->mesh_shape.dims[d].size;
+  char desc[4096];
+  /* Every rank opens its plugin and checks the same numbers, so all fail alike or none does. */
+  int rc = mtf_backend_describe(cfg->backend, cfg->plugin, (int)cfg->local_devices, mesh_devices, mtf_world_size(),
+                                desc, sizeof desc, err);
+  if (mtf_world_rank() == 0 && desc[0]) {
+    printf("%s\n", desc);
+    fflush(stdout);
+  }
+  if (rc != MTF_OK) return rc;
+  if (mtf_world_size() != 1)
+    return mtf_error_set(err, MTF_ERR_INVALID,
+                         "backend.kind pjrt: %d processes, but a PJRT client over several processes (key-value "
+                         "callbacks over MPI) is not built yet (issue 13): run one process with "
+                         "backend.local_devices = the mesh's size (%ld)", mtf_world_size(), mesh_devices);
+  if (cfg->train.microbatches > 1)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.kind pjrt: train.microbatches > 1 is not supported yet; use 1");
+  return MTF_OK;
+}
+
+/* backend pjrt: one process, the mesh's devices through one compiled program per plan (see setup.h). */
+static int setup_pjrt(mtf_run_state *st, const mtf_config *cfg, int with_training, mtf_error *err) {
+  mtf_config *host = malloc(sizeof *host);
+  if (!host) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  *host = *cfg;
+  for (int d = 0; d < host->mesh_shape.rank; d++) host->mesh_shape.dims[d].size = 1;
+  st->host_mesh = host->mesh_shape;
+  int rc = mtf_program_build(host, 0, &st->program, err);
+  if (rc == MTF_OK) rc = mtf_comm_world_create(&host->mesh_shape, &st->comm, err);
+  free(host);
+  int n = 1;
+  for (int d = 0; d < cfg->mesh_shape.rank; d++) n *= (int)cfg->mesh_shape.dims[d].size;
+  st->device_plans = rc == MTF_OK ? calloc((size_t)n, sizeof *st->device_plans) : NULL;
+  if (rc == MTF_OK && !st->device_plans) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  if (rc == MTF_OK) st->n_devices = n;
+  for (int r = 0; rc == MTF_OK && r < n; r++)
+    rc = mtf_program_plans_for(&st->program, cfg, &cfg->mesh_shape, &cfg->layout, r, &st->device_plans[r], err);
+  mtf_plan **kind = rc == MTF_OK ? malloc(sizeof *kind * (size_t)n * 4) : NULL;
+  if (rc == MTF_OK && !kind) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  mtf_plan **train = kind, **apply = kind + n, **eval = kind + 2 * n, **dropless = kind + 3 * n;
+  for (int r = 0; rc == MTF_OK && r < n; r++) {
+    train[r] = st->device_plans[r].train;
+    apply[r] = st->device_plans[r].apply;
+    eval[r] = st->device_plans[r].eval;
+    dropless[r] = st->device_plans[r].dropless;
+  }
+  mtf_session_options options = mtf_run_session_options(cfg);
+  if (rc == MTF_OK && with_training)
+    rc = mtf_session_create_spmd(st->program.train_plan, train, n, st->comm, &options, &st->train, err);
+  options.share_variables_with = st->train;
+  if (rc == MTF_OK && with_training && st->program.apply_plan)
+    rc = mtf_session_create_spmd(st->program.apply_plan, apply, n, st->comm, &options, &st->apply, err);
+  if (rc == MTF_OK) rc = mtf_session_create_spmd(st->program.eval_plan, eval, n, st->comm, &options, &st->eval, err);
+  if (rc == MTF_OK && st->program.dropless_plan) {
+    options.share_variables_with = st->train ? st->train : st->eval;
+    rc = mtf_session_create_spmd(st->program.dropless_plan, dropless, n, st->comm, &options, &st->dropless, err);
+  }
+  free(kind);
+  return rc;
+}
+
 int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, mtf_error *err) {
   memset(st, 0, sizeof *st);
   st->cfg = cfg;
   st->rank = mtf_world_rank();
   mtf_error_clear(err);
   mtf_session_options options = mtf_run_session_options(cfg);
-  /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
-  MTF_CHECK(mtf_backend_check(cfg->backend, err));
+  MTF_CHECK(mtf_run_check_backend(cfg, err));
+  if (strcmp(cfg->backend, "pjrt") == 0) return setup_pjrt(st, cfg, with_training, err);
   /* Layout errors first (every rank builds rank 0's plan, so they are alike everywhere, and more useful than
    * a size mismatch); only running out of memory can fail on one rank, hence the agreement. */
   int rc = mtf_run_agree(mtf_program_build(cfg, 0, &st->program, err), err);
@@ -63,6 +135,9 @@ void mtf_run_teardown(mtf_run_state *st) {
   mtf_session_destroy(st->eval);
   mtf_session_destroy(st->apply);
   mtf_session_destroy(st->train);
+  for (int r = 0; st->device_plans && r < st->n_devices; r++) mtf_program_plans_free(&st->device_plans[r]);
+  free(st->device_plans);
+  st->device_plans = NULL;
   mtf_program_free(&st->program);
   if (st->comm) mtf_comm_destroy(st->comm);
   st->eval = st->apply = st->train = NULL;
@@ -94,7 +169,9 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
                          (long long)dataset.max_vocab_size - 1, (long long)dataset.max_vocab_size);
     mtf_dataset_close(&dataset);
   }
-  if (rc == MTF_OK) rc = mtf_loader_open(&opts, &cfg->mesh_shape, &cfg->layout, st->comm->rank, out, err);
+  /* pjrt: the loader reads whole batches (the host mesh); the session slices them for the devices. */
+  const mtf_shape *mesh = st->device_plans ? &st->host_mesh : &cfg->mesh_shape;
+  if (rc == MTF_OK) rc = mtf_loader_open(&opts, mesh, &cfg->layout, st->comm->rank, out, err);
   return rc ? mtf_error_prefix(err, "%s: data", cfg->source) : MTF_OK;
 }
 

@@ -37,8 +37,17 @@ typedef struct mtf_run_state {
                           * argmax (teacher-forced); -1 otherwise */
   mtf_session *apply; /* train.microbatches > 1: the optimizer update (shares train's variables); else NULL */
   int rank; /* in the job (= the mesh rank) */
+  /* backend pjrt (one process owning the mesh's devices): the program and comm above are of a one-rank
+   * "host" mesh (host_mesh: cfg's axes, every one of size 1), so the loader and checkpoints see whole
+   * tensors; device_plans[r] are mesh rank r's plans of the same graph, which the sessions compile. */
+  mtf_shape host_mesh;
+  mtf_program_plans *device_plans;
+  int n_devices;
 } mtf_run_state;
 
+/* backend.kind is built in; for pjrt also that its plugin opens and has as many devices as the mesh needs
+ * (processes x backend.local_devices), rank 0 printing the plugin's platform and devices. */
+int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err);
 /* Builds the program, the communicator and the sessions (the training ones only with_training; the apply
  * and eval sessions share the train session's variables). Collective; on failure every rank returns the
  * same error. */

@@ -1,0 +1,483 @@
+#define _POSIX_C_SOURCE 200809L
+/* The backend conformance cases (conformance_cases.h: every op of the table, forward and gradient) on
+ * the PJRT emitter and runtime, against the double-precision reference: for a mesh m:N of N devices in
+ * this one process, every layout of backend_conformance.c (replicated, each even dim split, each pair),
+ * the N per-rank plans are made in-process, emitted as one SPMD StableHLO module (exec/pjrt/emit.h),
+ * compiled for N replicas on the XLA CPU plugin, run with each device's slices of the variables and
+ * inputs, and the fetched slices reassembled and compared with the reference (2e-5 of each tensor's
+ * scale, as backend_conformance.c). Splits make the plans use allreduce, allgather, all-to-all,
+ * reduce-scatter and slice steps, and the fused ops their split phases.
+ *
+ *   test_pjrt_conformance [--devices N | --mesh b:2,m:2] [--only TEXT] [--dump FILE] [--break]
+ *
+ * --mesh runs a 2-D mesh (groups over each axis and both); the op cases split over its first axis.
+ *
+ * --break turns the first multiply of every emitted module into an add: the test must fail (the test of
+ * the test: a wrong op in the module is caught).
+ * Exit 0 when every case passes, 1 otherwise, 77 (ctest SKIP) when no PJRT plugin is installed.
+ * The summary lists, per op kind, the cases it appears in that pass and fail. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../check.h"
+#include "core/layout.h"
+#include "core/mesh.h"
+#include "exec/pjrt/emit.h"
+#include "exec/pjrt/runtime.h"
+#include "lower/plan.h"
+#include "ops/op_def.h"
+#include "ops/reference.h"
+
+#include "conformance_cases.h"
+
+#define SKIP 77
+
+static const char *only_cases, *dump_path;
+
+/* Cases for the plan steps the op cases do not reach: resharding between dims (all-to-all; reduce-scatter
+ * of pending sums), and a training step (assigns: the updated variables are results; gradient buckets:
+ * START/WAIT). Their layouts are given: the dims that move are the outputs'. */
+static mtf_tensor c_reshard(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape o = S("c:4,e:8");
+  return mtf_square(g, mtf_reshape(g, v[0], &o));
+}
+static mtf_tensor c_reshard_sums(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape p = S("a:4,d:8"), o = S("c:4,e:8");
+  return mtf_square(g, mtf_reshape(g, mtf_einsum2(g, v[0], v[1], &p), &o));
+}
+static mtf_tensor c_train_step(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape h = S("a:4,b:4");
+  return mtf_tanh(g, mtf_multiply(g, mtf_einsum2(g, v[0], v[1], &h), v[2]));
+}
+typedef struct step_case {
+  op_case c;
+  struct extra_layouts {
+    const char *layouts[4];
+    int train;
+  } x;
+} step_case;
+static const step_case step_cases[] = {
+    {{"step: reshard all-to-all", {"a:4,d:8"}, c_reshard}, {{"a:m;e:m", "d:m;c:m", "a:b;e:m", NULL}, 0}},
+    {{"step: reshard reduce-scatter of sums", {"a:4,k:4", "k:4,d:8"}, c_reshard_sums}, {{"k:m;e:m", "k:m;c:m", "k:b;c:m", NULL}, 0}},
+    {{"step: SGD assigns, gradient buckets", {"a:4,d:4", "d:4,b:4", "b:4"}, c_train_step}, {{"a:m", "a:m;b:m", "a:b;b:m", NULL}, 1}},
+};
+static int break_values;
+static char mesh_name[64]; /* for the report lines */
+static int op_pass[MTF_OP_COUNT], op_fail[MTF_OP_COUNT];
+
+static double max_abs(const double *x, int64_t n) {
+  double m = 0;
+  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+  return m;
+}
+
+static void fill_ids(int32_t *ids, double *as_double, int64_t n, int64_t vocab) {
+  for (int64_t i = 0; i < n; i++) {
+    ids[i] = (int32_t)((i * 5 + 2) % (vocab + 1)) - (i == 1); /* as backend_conformance.c: ids -1 and vocab too */
+    as_double[i] = ids[i];
+  }
+}
+
+/* Copies between a whole tensor (shape full) and one device's slice (shape local at offsets), 4-byte
+ * elements; to_slice 1: full -> slice. */
+static void move_slice(const mtf_shape *full, const mtf_shape *local, const int64_t *offsets, void *whole, void *slice,
+                       int to_slice) {
+  int64_t n = mtf_shape_num_elements(local), index[MTF_MAX_RANK] = {0}, strides[MTF_MAX_RANK], s = 1;
+  for (int d = full->rank - 1; d >= 0; d--) {
+    strides[d] = s;
+    s *= full->dims[d].size;
+  }
+  for (int64_t e = 0; e < n; e++) {
+    int64_t g = 0;
+    for (int d = 0; d < local->rank; d++) g += (index[d] + offsets[d]) * strides[d];
+    if (to_slice) memcpy((char *)slice + 4 * e, (char *)whole + 4 * g, 4);
+    else memcpy((char *)whole + 4 * g, (char *)slice + 4 * e, 4);
+    for (int d = local->rank - 1; d >= 0; d--) {
+      if (++index[d] < local->dims[d].size) break;
+      index[d] = 0;
+    }
+  }
+}
+
+/* One device's value of parameter p: the variable's initial slice, the input's slice, or the scalars. */
+static void *param_data(const mtf_plan *plan, const mtf_pjrt_value *p, const mtf_graph *g, const mtf_tensor *inputs,
+                        int n_inputs, int32_t **input_ids) {
+  void *data = calloc((size_t)(p->elements > 0 ? p->elements : 1), 4);
+  if (!data || p->kind == MTF_PJRT_RANDOM_OFFSET || p->kind == MTF_PJRT_MICROBATCH) return data;
+  const mtf_node *node = &g->nodes[p->node];
+  int64_t offsets[MTF_MAX_RANK];
+  mtf_layout_slice_offset(&plan->layouts[p->node], &plan->mesh, plan->coord, offsets);
+  int64_t total = mtf_shape_num_elements(&node->shape);
+  void *whole = NULL;
+  if (p->kind == MTF_PJRT_VARIABLE) {
+    float *w = malloc(sizeof(float) * (size_t)(total + 1));
+    for (int64_t i = 0; w && i < total; i++) w[i] = mtf_variable_value(g, node, i);
+    whole = w;
+  } else {
+    for (int i = 0; i < n_inputs; i++)
+      if (inputs[i] == p->node) whole = input_ids[i];
+  }
+  if (whole) move_slice(&node->shape, &p->shape, offsets, whole, data, 1);
+  if (p->kind == MTF_PJRT_VARIABLE) free(whole);
+  return data;
+}
+
+typedef struct run_result {
+  int ok;
+  double worst;      /* against the double reference */
+  double worst_base; /* against the one-device run (base), when given */
+  char what[512];
+} run_result;
+
+/* Plan steps of each kind emitted over the whole run (evidence that the splits exercised every
+ * collective), by mtf_step_kind. */
+static long step_kinds[MTF_STEP_REDUCE_SCATTER + 1];
+static const char *step_kind_names[] = {"kernel", "allreduce", "allgather", "slice", "copy", "allreduce_start",
+                                        "allreduce_wait", "alltoall", "reduce_scatter"};
+
+/* The case's graph under one layout on n devices against the reference. */
+static run_result run_layout(mtf_pjrt_runtime *rt, mtf_graph *g, const mtf_shape *mesh, const char *layout_text,
+                             int n_fetches, const mtf_tensor *fetches, const mtf_tensor *inputs, int n_inputs,
+                             int32_t **input_ids, double **ref, double **base, double **save,
+                             const mtf_plan_options *options, int *skipped) {
+  run_result res = {0, 0, 0, ""};
+  mtf_layout_rules rules;
+  mtf_error err = {0};
+  mtf_layout_rules_parse(layout_text, &rules, &err);
+  mtf_plan **plans = NULL;
+  int n = 0;
+  mtf_pjrt_module m = {0};
+  mtf_pjrt_executable *exe = NULL;
+  mtf_pjrt_buffer **args = NULL, **outs = NULL;
+  float **full = NULL;
+  int rc = mtf_pjrt_plans_create(g, mesh, &rules, n_fetches, fetches, options, &plans, &n, &err);
+  if (rc == MTF_ERR_LAYOUT) {
+    *skipped = 1;
+    res.ok = 1;
+    return res;
+  }
+  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)plans, n, NULL, &m, &err);
+  for (int i = 0; rc == MTF_OK && i < plans[0]->n_steps; i++) step_kinds[plans[0]->steps[i].kind]++;
+  if (rc == MTF_OK && break_values) { /* a wrong op in the module: its first multiply becomes an add */
+    char *at = strstr(m.text, "\"stablehlo.multiply\"");
+    if (at) memcpy(at, "\"stablehlo.add\"     ", strlen("\"stablehlo.multiply\""));
+  }
+  if (rc == MTF_OK && dump_path) {
+    FILE *f = fopen(dump_path, "w");
+    if (f) fputs(m.text, f), fclose(f);
+  }
+  if (rc == MTF_OK) rc = mtf_pjrt_compile(rt, m.text, m.length, n, 1, &exe, &err);
+  if (rc != MTF_OK) {
+    snprintf(res.what, sizeof res.what, "%.480s", err.msg);
+    goto done;
+  }
+  args = calloc((size_t)(n * m.n_params + 1), sizeof *args);
+  outs = calloc((size_t)(n * m.n_results + 1), sizeof *outs);
+  for (int d = 0; rc == MTF_OK && d < n; d++)
+    for (int a = 0; rc == MTF_OK && a < m.n_params; a++) {
+      const mtf_pjrt_value *p = &m.params[a];
+      void *data = param_data(plans[d], p, g, inputs, n_inputs, input_ids);
+      int64_t dims[MTF_MAX_RANK];
+      for (int k = 0; k < p->shape.rank; k++) dims[k] = p->shape.dims[k].size;
+      rc = mtf_pjrt_buffer_from_host(rt, d, p->elem, dims, p->shape.rank, data, &args[d * m.n_params + a], &err);
+      free(data);
+    }
+  unsigned char *keep = calloc((size_t)(n * m.n_params + 1), 1);
+  memset(keep, 1, (size_t)(n * m.n_params));
+  if (rc == MTF_OK) rc = mtf_pjrt_execute(rt, exe, m.n_params, args, keep, outs, &err);
+  free(keep);
+  if (rc != MTF_OK) {
+    snprintf(res.what, sizeof res.what, "%.480s", err.msg);
+    goto done;
+  }
+  res.ok = 1;
+  for (int f = 0; f < m.n_results && res.ok; f++) {
+    const mtf_pjrt_value *r = &m.results[f];
+    /* an updated variable is checked against the reference of the value assigned to it */
+    int expect = r->node;
+    for (int a = 0; r->kind == MTF_PJRT_VARIABLE && a < g->n_assigns; a++)
+      if (g->assigns[a].variable == r->node) expect = g->assigns[a].value;
+    const mtf_shape *whole = &g->nodes[r->node].shape;
+    int64_t total = mtf_shape_num_elements(whole);
+    float *assembled = calloc((size_t)(total + 1), sizeof(float)), *slice = malloc(sizeof(float) * (size_t)(r->elements + 1));
+    for (int d = 0; d < n && res.ok; d++) {
+      rc = mtf_pjrt_buffer_to_host(rt, outs[d * m.n_results + f], slice, (size_t)r->elements * 4, &err);
+      if (rc != MTF_OK) {
+        snprintf(res.what, sizeof res.what, "download: %.480s", err.msg);
+        res.ok = 0;
+        break;
+      }
+      int64_t offsets[MTF_MAX_RANK];
+      mtf_layout_slice_offset(&plans[d]->layouts[r->node], mesh, plans[d]->coord, offsets);
+      move_slice(whole, &r->shape, offsets, assembled, slice, 0);
+    }
+    const double *want = ref[expect];
+    double scale = fmax(1.0, max_abs(want, total));
+    for (int64_t i = 0; res.ok && i < total; i++) {
+      double e = fabs((double)assembled[i] - want[i]) / scale;
+      if (!(e <= res.worst)) res.worst = isnan(e) ? INFINITY : e;
+      if (base && base[expect]) { /* the same graph on one device */
+        double eb = fabs((double)assembled[i] - base[expect][i]) / scale;
+        if (!(eb <= res.worst_base)) res.worst_base = isnan(eb) ? INFINITY : eb;
+      }
+    }
+    if (save && !save[expect]) {
+      save[expect] = malloc(sizeof(double) * (size_t)(total + 1));
+      for (int64_t i = 0; save[expect] && i < total; i++) save[expect][i] = assembled[i];
+    }
+    free(assembled);
+    free(slice);
+  }
+done:
+  for (int i = 0; args && i < n * m.n_params; i++) mtf_pjrt_buffer_destroy(rt, args[i]);
+  for (int i = 0; outs && i < n * m.n_results; i++) mtf_pjrt_buffer_destroy(rt, outs[i]);
+  free(args);
+  free(outs);
+  free(full);
+  mtf_pjrt_executable_destroy(rt, exe);
+  mtf_pjrt_module_free(&m);
+  mtf_pjrt_plans_destroy(plans, n);
+  return res;
+}
+
+/* extra: NULL, or explicit layouts (NULL-terminated) for a multi-device mesh and, with train, an SGD step
+ * assigned to every variable but the first, with gradient buckets. */
+typedef struct extra_layouts extra;
+
+static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, const mtf_shape *mesh, const extra *x) {
+  static const mtf_shape one_device = {1, {{"m", 1}}};
+  if (only_cases && !strstr(c->name, only_cases)) return;
+  mtf_graph *g = mtf_graph_create(1234);
+  mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
+  int n_vars = 0, n_inputs = 0;
+  for (int i = 0; i < MAX_VARS && c->var_shapes[i]; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "x%d", i);
+    mtf_shape s = S(c->var_shapes[i]);
+    vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
+  }
+  mtf_tensor y = c->build(g, vars, inputs, &n_inputs);
+  mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
+  mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
+  mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
+  int n_grads = forward_only ? 0 : n_vars;
+  if (!forward_only) CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
+  for (int v = 1; x && x->train && v < n_vars; v++)
+    mtf_assign(g, vars[v], mtf_subtract(g, vars[v], mtf_scalar_multiply(g, grads[v], 0.1f)));
+  mtf_plan_options options = {.allreduce_bucket_bytes = x && x->train ? 1 << 20 : 0};
+  mtf_error err;
+  if (mtf_graph_status(g, &err)) {
+    fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
+    CHECK(0);
+    mtf_graph_destroy(g);
+    return;
+  }
+  int32_t *ids[MAX_INPUTS];
+  double *ids_double[MAX_INPUTS];
+  for (int i = 0; i < n_inputs; i++) {
+    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, inputs[i]));
+    ids[i] = malloc(sizeof(int32_t) * (size_t)n);
+    ids_double[i] = malloc(sizeof(double) * (size_t)n);
+    fill_ids(ids[i], ids_double[i], n, 6);
+  }
+  double **ref = mtf_reference_evaluate(g, ids_double, NULL);
+  mtf_tensor fetches[1 + MAX_VARS] = {y};
+  for (int v = 0; v < n_grads; v++) fetches[1 + v] = grads[v];
+  /* the layouts of backend_conformance.c */
+  char dims[12][MTF_NAME_MAX];
+  int n_dims = 0;
+  for (int t = 0; t < n_vars + n_inputs; t++) {
+    const mtf_shape *s = mtf_tensor_shape(g, t < n_vars ? vars[t] : inputs[t - n_vars]);
+    for (int d = 0; d < s->rank; d++) {
+      int seen = s->dims[d].size % mesh->dims[0].size != 0;
+      for (int k = 0; k < n_dims && !seen; k++) seen = strcmp(dims[k], s->dims[d].name) == 0;
+      if (!seen && n_dims < 12) snprintf(dims[n_dims++], MTF_NAME_MAX, "%s", s->dims[d].name);
+    }
+  }
+  static char layouts[80][4 * MTF_NAME_MAX + 8];
+  layouts[0][0] = 0;
+  int n_layouts = 1;
+  const char *axis = mesh->dims[0].name;
+  for (int i = 0; x && mesh->dims[0].size > 1 && i < 4 && x->layouts[i]; i++)
+    snprintf(layouts[n_layouts++], sizeof layouts[0], "%s", x->layouts[i]);
+  for (int i = 0; !x && i < n_dims && mesh->dims[0].size > 1; i++) {
+    snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s", dims[i], axis);
+    for (int j = i + 1; j < n_dims && n_layouts < 80; j++)
+      snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s;%.31s:%.31s", dims[i], axis, dims[j], axis);
+  }
+  double worst = 0, worst_base = 0;
+  int ok = 1, run_layouts = 0;
+  char first_error[600] = "";
+  /* on more than one device, first the one-device values the split layouts must also match */
+  double **base = NULL;
+  if (mesh->dims[0].size > 1) {
+    base = calloc((size_t)g->n_nodes, sizeof(double *));
+    int skipped = 0;
+    run_result r = run_layout(rt, g, &one_device, "", 1 + n_grads, fetches, inputs, n_inputs, ids, ref, NULL, base,
+                              &options, &skipped);
+    if (!r.ok) {
+      ok = 0;
+      snprintf(first_error, sizeof first_error, "one device: %.400s", r.what);
+    }
+  }
+  for (int l = 0; l < n_layouts && ok; l++) {
+    int skipped = 0;
+    run_result r = run_layout(rt, g, mesh, layouts[l], 1 + n_grads, fetches, inputs, n_inputs, ids, ref, base, NULL,
+                              &options, &skipped);
+    worst_base = fmax(worst_base, r.worst_base);
+    run_layouts += !skipped;
+    if (!r.ok) {
+      ok = 0;
+      if (!first_error[0]) snprintf(first_error, sizeof first_error, "layout %.60s: %.400s", layouts[l], r.what);
+      continue;
+    }
+    if (r.worst > 2e-5) fprintf(stderr, "  %s: layout '%s' error %.2e\n", c->name, layouts[l], r.worst);
+    worst = fmax(worst, r.worst);
+  }
+  int pass = ok && worst <= 2e-5 && worst_base <= 2e-5;
+  printf("%s pjrt %s %-52s %2d layouts, error %.2e (vs 1 device %.2e)%s%s\n", pass ? "ok  " : "FAIL",
+         mesh_name, c->name, run_layouts, worst, worst_base, first_error[0] ? "  " : "", first_error);
+  for (int i = 0; base && i < g->n_nodes; i++) free(base[i]);
+  free(base);
+  CHECK(pass);
+  unsigned char used[MTF_OP_COUNT] = {0};
+  for (int i = 0; i < g->n_nodes; i++) used[g->nodes[i].kind] = 1;
+  for (int k = 0; k < MTF_OP_COUNT; k++)
+    if (used[k]) (pass ? op_pass : op_fail)[k]++;
+  for (int i = 0; i < n_inputs; i++) {
+    free(ids[i]);
+    free(ids_double[i]);
+  }
+  mtf_reference_free(g, ref);
+  mtf_graph_destroy(g);
+}
+
+/* Dropout masks with a run's random offset and a microbatch (the RANDOM_OFFSET and MICROBATCH parameters),
+ * which the reference cases leave at 0: a random_keep of [a, d] under microbatch `index` of 3 along a,
+ * against mtf_uniform01 of the CPU kernel's numbering (mtf_random_extent) computed here. */
+static void check_random_offset(mtf_pjrt_runtime *rt, const mtf_shape *mesh, const char *layout_text) {
+  const uint64_t offset = 0x9abcdef012345678ULL, key = 7;
+  const int index = 2, count = 3;
+  const float keep = 0.5f;
+  mtf_graph *g = mtf_graph_create(99);
+  mtf_shape s = S("a:4,d:6");
+  mtf_tensor y = mtf_random_keep(g, &s, keep, key);
+  mtf_layout_rules rules;
+  mtf_error err = {0};
+  mtf_layout_rules_parse(layout_text, &rules, &err);
+  mtf_plan **plans = NULL;
+  int n = 0, ok = 0, mismatches = 0;
+  mtf_pjrt_module m = {0};
+  mtf_pjrt_executable *exe = NULL;
+  mtf_pjrt_emit_options options = {.microbatch_dim = "a", .microbatches = count};
+  int rc = mtf_pjrt_plans_create(g, mesh, &rules, 1, &y, NULL, &plans, &n, &err);
+  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)plans, n, &options, &m, &err);
+  if (rc == MTF_OK) rc = mtf_pjrt_compile(rt, m.text, m.length, n, 1, &exe, &err);
+  mtf_pjrt_buffer *args[64] = {0}, *outs[64] = {0};
+  int na = m.n_params, nr = m.n_results;
+  if (rc == MTF_OK && (n * na > 64 || n * nr > 64 || nr != 1)) rc = MTF_ERR_INVALID;
+  for (int d = 0; rc == MTF_OK && d < n; d++)
+    for (int a = 0; rc == MTF_OK && a < na; a++) {
+      int32_t words[2] = {(int32_t)(uint32_t)offset, (int32_t)(uint32_t)(offset >> 32)}, micro = index;
+      int64_t dims[1] = {2};
+      const mtf_pjrt_value *p = &m.params[a];
+      rc = mtf_pjrt_buffer_from_host(rt, d, MTF_PJRT_S32, dims, p->kind == MTF_PJRT_RANDOM_OFFSET ? 1 : 0,
+                                     p->kind == MTF_PJRT_RANDOM_OFFSET ? (void *)words : (void *)&micro, &args[d * na + a], &err);
+    }
+  if (rc == MTF_OK) rc = mtf_pjrt_execute(rt, exe, na, args, NULL, outs, &err);
+  for (int d = 0; rc == MTF_OK && d < n; d++) {
+    float got[24];
+    const mtf_pjrt_value *r = &m.results[0];
+    rc = mtf_pjrt_buffer_to_host(rt, outs[d], got, (size_t)r->elements * 4, &err);
+    int64_t offsets[MTF_MAX_RANK];
+    mtf_layout_slice_offset(&plans[d]->layouts[y], mesh, plans[d]->coord, offsets);
+    int64_t rows = r->shape.dims[0].size, cols = r->shape.dims[1].size;
+    for (int64_t i = 0; rc == MTF_OK && i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) {
+        int64_t row = offsets[0] * count + index * rows + i; /* the whole batch's row: mtf_random_extent */
+        uint64_t global = (uint64_t)(row * 6 + offsets[1] + j);
+        float want = mtf_uniform01(g->seed, mtf_run_key(key, offset), global) < (double)keep ? 1.0f : 0.0f;
+        mismatches += got[i * cols + j] != want;
+      }
+    ok = rc == MTF_OK;
+  }
+  if (rc != MTF_OK) fprintf(stderr, "random offset: %s\n", err.msg);
+  printf("%s pjrt %s %-52s layout '%s', %d of 24 mask elements differ\n", ok && !mismatches ? "ok  " : "FAIL", mesh_name,
+         "dropout mask with a random offset and microbatch", layout_text, mismatches);
+  CHECK(ok && mismatches == 0);
+  for (int i = 0; i < n * na && i < 64; i++) mtf_pjrt_buffer_destroy(rt, args[i]);
+  for (int i = 0; i < n * nr && i < 64; i++) mtf_pjrt_buffer_destroy(rt, outs[i]);
+  mtf_pjrt_executable_destroy(rt, exe);
+  mtf_pjrt_module_free(&m);
+  mtf_pjrt_plans_destroy(plans, n);
+  mtf_graph_destroy(g);
+}
+
+int main(int argc, char **argv) {
+  int devices = 1;
+  const char *mesh_arg = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc) devices = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only_cases = argv[++i];
+    else if (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc) mesh_arg = argv[++i];
+    else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) dump_path = argv[++i];
+    else if (strcmp(argv[i], "--break") == 0) break_values = 1;
+    else {
+      fprintf(stderr, "usage: %s [--devices N | --mesh MESH] [--only TEXT] [--dump FILE] [--break]\n", argv[0]);
+      return 2;
+    }
+  }
+  char plugin[4096];
+  mtf_error err = {0};
+  if (mtf_pjrt_resolve_plugin(NULL, plugin, sizeof plugin, &err) != MTF_OK || access(plugin, R_OK) != 0) {
+    printf("SKIP: no PJRT plugin installed (%s); bash tools/install-deps.sh --pjrt installs %s\n",
+           err.msg[0] ? err.msg : plugin, MTF_PJRT_CPU_PACKAGE);
+    return SKIP;
+  }
+  char mesh_text[64];
+  snprintf(mesh_text, sizeof mesh_text, "m:%d", devices);
+  if (mesh_arg) snprintf(mesh_text, sizeof mesh_text, "%s", mesh_arg);
+  mtf_shape mesh;
+  if (mtf_mesh_parse(mesh_text, &mesh, &err)) {
+    fprintf(stderr, "%s\n", err.msg);
+    return 2;
+  }
+  devices = mtf_mesh_size(&mesh);
+  snprintf(mesh_name, sizeof mesh_name, "%s", mesh_text);
+  mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = devices};
+  mtf_pjrt_runtime *rt = NULL;
+  if (mtf_pjrt_open(&options, &rt, &err) != MTF_OK) {
+    fprintf(stderr, "FAIL: %s\n", err.msg);
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(rt, &cases[i], 0, &mesh, NULL);
+  for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
+    run_case(rt, &forward_only_cases[i], 1, &mesh, NULL);
+  for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
+    run_case(rt, &step_cases[i].c, 0, &mesh, &step_cases[i].x);
+  if (!only_cases || strstr("dropout mask with a random offset", only_cases)) {
+    check_random_offset(rt, &mesh, "");
+    if (mesh.dims[0].size == 2 || mesh.dims[0].size == 4) check_random_offset(rt, &mesh, "a:m");
+    if (mesh.dims[0].size == 2) check_random_offset(rt, &mesh, "d:m");
+  }
+  printf("ops on pjrt (%s), cases passing / failing:\n", mesh_text);
+  for (int k = 0; k < MTF_OP_COUNT; k++)
+    if (op_pass[k] + op_fail[k] > 0) printf("  %-22s %2d / %d%s\n", mtf_op((mtf_op_kind)k)->name, op_pass[k], op_fail[k],
+                                            op_fail[k] ? "" : "  all pass");
+  printf("plan steps emitted:");
+  for (int k = 0; k <= MTF_STEP_REDUCE_SCATTER; k++) printf(" %s %ld", step_kind_names[k], step_kinds[k]);
+  printf("\n");
+  for (int k = 0; k < MTF_OP_COUNT && !only_cases; k++)
+    if (op_pass[k] + op_fail[k] == 0) {
+      fprintf(stderr, "FAIL no case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);
+      CHECK(0);
+    }
+  mtf_pjrt_close(rt);
+  return check_summary();
+}
