@@ -49,12 +49,8 @@ int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
     printf("%s\n", desc);
     fflush(stdout);
   }
+  /* It also refuses more than one process, with this plugin's reason (exec/pjrt/backend.c). */
   if (rc != MTF_OK) return rc;
-  if (mtf_world_size() != 1)
-    return mtf_error_set(err, MTF_ERR_INVALID,
-                         "backend.kind pjrt: %d processes, but a PJRT client over several processes (key-value "
-                         "callbacks over MPI) is not built yet (issue 13): run one process with "
-                         "backend.local_devices = the mesh's size (%ld)", mtf_world_size(), mesh_devices);
   if (cfg->train.microbatches > 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "backend.kind pjrt: train.microbatches > 1 is not supported yet; use 1");
   return MTF_OK;
