@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what is missing, builds with warnings as errors, runs the whole
 # CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more (less the
-# tests labelled `long`: learning runs whose code paths shorter tests already cover under the sanitizers), then
+# tests labelled `long`, learning runs whose code paths shorter tests already cover under the sanitizers, and
+# `harness`, the tests of the test that plant a wrong kernel), then
 # builds the libFuzzer targets with clang (ASan/UBSan) and runs each for 30 s (tools/fuzz.sh).
 # Exits non-zero if any step or test fails, or a fuzz target finds a crash, leak or sanitizer report.
 #   MTF_TEST_ASAN=0  skip the sanitizer pass        MTF_BUILD_DIR=DIR  build directory (default build)
@@ -27,7 +28,7 @@ run_suite() {
 
 run_suite "$build_dir" ""
 if [ "${MTF_TEST_ASAN:-1}" != 0 ]; then
-  run_suite "$build_dir-asan" "-LE long" -DMTF_ASAN=ON -DMTF_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+  run_suite "$build_dir-asan" "-LE long|harness" -DMTF_ASAN=ON -DMTF_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
 fi
 if [ "${MTF_TEST_FUZZ:-1}" != 0 ]; then
   fuzz_seconds=${MTF_TEST_FUZZ_SECONDS:-30}
