@@ -9,8 +9,10 @@
  *
  * Devices are numbered 0..device_count-1 in the client's addressable-device order; the compiled program's
  * replica r runs on device r (the client's default device assignment, which for one process is that
- * order). Multi-process clients (key-value callbacks over MPI) will add fields to mtf_pjrt_options; the
- * rest of the API already speaks of "addressable devices" so it does not change. */
+ * order). One process per client for now: the XLA CPU plugin ignores PJRT_Client_Create's key-value
+ * callbacks and has only in-process collectives, so several processes are refused (pjrt backend.c). A
+ * multi-process client (libtpu, the CUDA plugin) would add its key-value store over MPI to
+ * mtf_pjrt_options; the rest of the API already speaks of "addressable devices" so it does not change. */
 #ifndef MTF_EXEC_PJRT_RUNTIME_H
 #define MTF_EXEC_PJRT_RUNTIME_H
 
