@@ -1,5 +1,7 @@
 #include "model/blocks.h"
 
+#include "model/position.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -82,4 +84,17 @@ mtf_tensor mtf_model_feed_forward(mtf_model_builder *b, mtf_tensor x, const char
   snprintf(name, sizeof name, "%s/wo", prefix);
   mtf_tensor wo = mtf_model_param(b, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_ff));
   return mtf_add(g, x, mtf_model_dropout(b, mtf_einsum2(g, mtf_model_dropout(b, act), wo, activations)));
+}
+
+mtf_tensor mtf_model_relative_bias(mtf_model_builder *b, const char *name, mtf_tensor query_position,
+                                   int bidirectional) {
+  const mtf_model_config *m = b->m;
+  mtf_graph *g = b->g;
+  mtf_shape table_shape = mtf_model_shape("heads:%lld,relative_buckets:%lld", (long long)m->heads,
+                                          (long long)m->relative_num_buckets);
+  mtf_tensor table = mtf_model_param(b, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
+  mtf_dim memory = mtf_dim_make("memory_length", m->length);
+  mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), query_position);
+  return mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets, m->relative_max_distance,
+                           m->length - 1);
 }

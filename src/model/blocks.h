@@ -34,4 +34,10 @@ mtf_tensor mtf_model_norm(mtf_model_builder *b, mtf_tensor x, const char *prefix
  * activations is x's shape [batch, length, d_model]. */
 mtf_tensor mtf_model_feed_forward(mtf_model_builder *b, mtf_tensor x, const char *prefix, const mtf_shape *activations);
 
+/* model.position relative_bias: the stack's shared T5 table `name` [heads, relative_buckets] looked up at each
+ * (query, memory) pair's memory - query position; query_position is the queries' positions (a range over
+ * `length`, or in DECODE each row's position as float). The bias broadcasts onto the attention logits. */
+mtf_tensor mtf_model_relative_bias(mtf_model_builder *b, const char *name, mtf_tensor query_position,
+                                   int bidirectional);
+
 #endif

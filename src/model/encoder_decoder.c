@@ -55,13 +55,8 @@ static mtf_attention_options self_attention(builder *b, const char *stack, int b
   if (strcmp(m->position, "relative_bias") == 0) {
     char name[96];
     snprintf(name, sizeof name, "%s/relative_bias", stack);
-    mtf_shape table_shape = mtf_model_shape("heads:%lld,relative_buckets:%lld", (long long)m->heads,
-                                     (long long)m->relative_num_buckets);
-    mtf_tensor table = mtf_model_param(&b->base, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
-    mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
-    mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), mtf_range(g, &query));
-    options.bias = mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets,
-                                     m->relative_max_distance, m->length - 1);
+    mtf_dim query = mtf_dim_make("length", m->length);
+    options.bias = mtf_model_relative_bias(&b->base, name, mtf_range(g, &query), bidirectional);
   }
   return options;
 }

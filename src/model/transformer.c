@@ -90,18 +90,12 @@ static mtf_tensor decode_inputs(builder *b, int64_t batch, mtf_tensor wte, mtf_t
  * layer's logits: [heads, memory_length, length], or in DECODE [heads, memory_length, batch] at each row's
  * position. */
 static mtf_tensor relative_bias(builder *b, const char *stack, int bidirectional) {
-  const mtf_model_config *m = b->base.m;
   mtf_graph *g = b->base.g;
   char name[96];
   snprintf(name, sizeof name, "relative_bias/%s", stack);
-  mtf_shape table_shape = mtf_model_shape("heads:%lld,relative_buckets:%lld", (long long)m->heads,
-                                   (long long)m->relative_num_buckets);
-  mtf_tensor table = mtf_model_param(&b->base, name, &table_shape, MTF_INIT_NORMAL, 0.1f);
-  mtf_dim memory = mtf_dim_make("memory_length", m->length), query = mtf_dim_make("length", m->length);
+  mtf_dim query = mtf_dim_make("length", b->base.m->length);
   mtf_tensor query_position = b->mode == MTF_MODE_DECODE ? mtf_to_float(g, b->base.t->positions) : mtf_range(g, &query);
-  mtf_tensor relative = mtf_subtract(g, mtf_range(g, &memory), query_position);
-  return mtf_relative_bias(g, table, relative, bidirectional, m->relative_num_buckets, m->relative_max_distance,
-                           m->length - 1);
+  return mtf_model_relative_bias(&b->base, name, query_position, bidirectional);
 }
 
 /* scale times the mean of a per-position value [batch, length]: over every position, or with data.pack
