@@ -343,7 +343,8 @@ float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t);
  * floats), or a variable's slice into it (checkpoints stage through these, so any backend works). */
 int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err);
 int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err);
-/* The backend this session computes on ("cpu") and its threads per rank. */
+/* The backend this session computes on ("cpu") and its threads per rank (pjrt: the plugin's host threads, see
+ * mtf_pjrt_threads_needed; 0 = the plugin's default). */
 const char *mtf_session_backend(const mtf_session *s);
 int mtf_session_threads(const mtf_session *s);
 /* Mixed into every random op's counter (dropout masks differ from step to step, yet stay the same on

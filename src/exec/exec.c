@@ -625,7 +625,12 @@ double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; 
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->spmd ? "pjrt" : s->backend->name; }
-int mtf_session_threads(const mtf_session *s) { return s->spmd ? 1 : s->backend->threads; }
+int mtf_session_threads(const mtf_session *s) {
+#ifdef MTF_HAVE_PJRT
+  if (s->spmd) return mtf_pjrt_session_threads(s->spmd);
+#endif
+  return s->backend->threads;
+}
 int mtf_session_devices(const mtf_session *s) {
 #ifdef MTF_HAVE_PJRT
   if (s->spmd) return mtf_pjrt_session_devices(s->spmd);

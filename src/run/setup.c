@@ -20,8 +20,13 @@ void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
   if (mtf_world_rank() != 0 || !session) return;
   FILE *out = to_stderr ? stderr : stdout;
   if (strcmp(mtf_session_backend(session), "pjrt") == 0)
-    fprintf(out, "backend: pjrt, %d process x %d devices, one compiled program per step\n", mtf_world_size(),
-            mtf_session_devices(session));
+  {
+    int threads = mtf_session_threads(session);
+    char pool[96] = "";
+    if (threads > 0) snprintf(pool, sizeof pool, ", %d host threads (PJRT_NPROC)", threads);
+    fprintf(out, "backend: pjrt, %d process x %d devices%s, one compiled program per step\n", mtf_world_size(),
+            mtf_session_devices(session), pool);
+  }
   else
     fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
             mtf_session_threads(session));

@@ -6,7 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../check.h"
 #include "exec/pjrt/runtime.h"
@@ -171,6 +173,65 @@ static void test_load_errors(const char *no_get_api, const char *old_api) {
   unsetenv(MTF_PJRT_PLUGIN_ENV);
 }
 
+static int threads_of_this_process(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+/* The plugin's pools are sized by $PJRT_NPROC at client creation: mtf sets it for its programs'
+ * collectives (mtf_pjrt_threads_needed), only then, and never over a value the user exported. The threads
+ * the client starts (two pools of that size, created eagerly) show that the value reached the plugin. */
+static void test_thread_pool(void) {
+  /* The rule: cores, plus devices - 1 threads per collective (each may hold that many blocked). */
+  CHECK(mtf_pjrt_threads_needed(1, 47, 2) == 2);
+  CHECK(mtf_pjrt_threads_needed(2, 0, 2) == 2);
+  CHECK(mtf_pjrt_threads_needed(2, 6, 2) == 8);
+  CHECK(mtf_pjrt_threads_needed(4, 10, 16) == 46);
+  CHECK(mtf_pjrt_threads_needed(2, 6, 0) == 7);
+  unsetenv(MTF_PJRT_THREADS_ENV);
+  unsetenv("NPROC");
+  mtf_error err = {0};
+  int deltas[2] = {0, 0};
+  const int asked[2] = {0, 40};
+  for (int i = 0; i < 2; i++) {
+    mtf_pjrt_runtime *rt = NULL;
+    mtf_pjrt_options options = {.local_devices = 2, .threads = asked[i]};
+    int before = threads_of_this_process();
+    CHECK(mtf_pjrt_open(&options, &rt, &err) == MTF_OK);
+    if (!rt) return;
+    deltas[i] = threads_of_this_process() - before;
+    CHECK(mtf_pjrt_threads(rt) == asked[i]);
+    CHECK(mtf_pjrt_threads_set(rt) == asked[i]);
+    CHECK(getenv(MTF_PJRT_THREADS_ENV) == NULL); /* taken away again after the client's creation */
+    char text[2048];
+    mtf_pjrt_describe(rt, text, sizeof text);
+    CHECK((strstr(text, "pjrt threads: 40") != NULL) == (asked[i] == 40));
+    mtf_pjrt_close(rt);
+  }
+  /* 40 instead of max(cores, 2) in each of the plugin's two pools. */
+  printf("threads started by a 2-device client: %d by default, %d with 40 asked for\n", deltas[0], deltas[1]);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  long default_pool = cores > 2 ? cores : 2;
+  if (default_pool < 40) CHECK(deltas[1] - deltas[0] >= 40 - default_pool);
+  /* The user's value wins, and mtf reports it as the user's. */
+  setenv(MTF_PJRT_THREADS_ENV, "5", 1);
+  mtf_pjrt_runtime *rt = NULL;
+  mtf_pjrt_options options = {.local_devices = 2, .threads = 40};
+  CHECK(mtf_pjrt_open(&options, &rt, &err) == MTF_OK);
+  if (rt) {
+    CHECK(mtf_pjrt_threads(rt) == 5);
+    CHECK(mtf_pjrt_threads_set(rt) == 0);
+    CHECK(strcmp(getenv(MTF_PJRT_THREADS_ENV), "5") == 0);
+    mtf_pjrt_close(rt);
+  }
+  unsetenv(MTF_PJRT_THREADS_ENV);
+}
+
 int main(int argc, char **argv) {
   const char *no_get_api = NULL, *old_api = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -179,5 +240,6 @@ int main(int argc, char **argv) {
   }
   test_load_errors(no_get_api, old_api);
   test_all_reduce();
+  test_thread_pool();
   return check_summary();
 }

@@ -223,6 +223,7 @@ int mtf_pjrt_emit(const mtf_plan *const *plans, int n_plans, const mtf_pjrt_emit
   out->text = E.text;
   out->length = E.len;
   out->n_devices = n_plans;
+  out->n_collectives = E.n_collectives;
   return MTF_OK;
 }
 

@@ -57,6 +57,8 @@ typedef struct mtf_pjrt_module {
   char *text;    /* NUL-terminated StableHLO MLIR; its entry function is @main */
   size_t length; /* strlen(text) */
   int n_devices; /* mesh size = num_replicas to compile with */
+  int n_collectives; /* collective ops in the module (all_reduce, reduce_scatter, all_gather, all_to_all):
+                      * how many a device may have in flight at once (mtf_pjrt_threads_needed) */
   int n_params, n_results;
   mtf_pjrt_value *params, *results;
 } mtf_pjrt_module;

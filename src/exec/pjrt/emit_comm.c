@@ -42,6 +42,7 @@ static int reduce_collective(h_emitter *E, int x, mtf_axis_set axes, mtf_reduce_
   char tin[160], tout[160], ts[160];
   h_type st = {scalar, tx->e};
   h_type_text(&st, ts);
+  E->n_collectives++;
   h_printf(E, "    %%v%d = \"stablehlo.%s\"(%%v%d) ({\n    ^bb0(%%v%d: %s, %%v%d: %s):\n", id,
            scatter_dim >= 0 ? "reduce_scatter" : "all_reduce", x, a, ts, b, ts);
   h_printf(E, "      %%v%d = \"stablehlo.%s\"(%%v%d, %%v%d) : (%s, %s) -> %s\n", r, reduce_name(op), a, b, ts, ts, ts);
@@ -57,6 +58,7 @@ static int all_gather(h_emitter *E, int x, mtf_axis_set axes, int dim) {
   s.d[dim] *= mtf_mesh_group_size(&E->plans[0]->mesh, axes);
   int id = h_new(E, s, h_t(E, x)->e);
   char t1[160], t2[160];
+  E->n_collectives++;
   h_printf(E, "    %%v%d = \"stablehlo.all_gather\"(%%v%d) {all_gather_dim = %d : i64, ", id, x, dim);
   print_groups(E, axes);
   h_printf(E, "} : (%s) -> %s\n", h_type_text(h_t(E, x), t1), h_type_text(h_t(E, id), t2));
@@ -70,6 +72,7 @@ static int all_to_all(h_emitter *E, int x, mtf_axis_set axes, int split, int con
   s.d[concat] *= g;
   int id = h_new(E, s, h_t(E, x)->e);
   char t1[160], t2[160];
+  E->n_collectives++;
   h_printf(E, "    %%v%d = \"stablehlo.all_to_all\"(%%v%d) {concat_dimension = %d : i64, ", id, x, concat);
   print_groups(E, axes);
   h_printf(E, ", split_count = %d : i64, split_dimension = %d : i64} : (%s) -> %s\n", g, split,

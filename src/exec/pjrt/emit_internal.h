@@ -35,6 +35,7 @@ typedef struct h_emitter {
   int random_offset;  /* SSA ids of the scalar parameters */
   int microbatch;
   int *buffer_value;  /* per buffer of plan 0: SSA id of its current value, -1 */
+  int n_collectives;  /* collective ops emitted so far (mtf_pjrt_module.n_collectives) */
   mtf_error *err;
 } h_emitter;
 

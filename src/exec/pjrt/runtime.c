@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pjrt_c_api.h"
 
@@ -31,6 +32,8 @@ struct mtf_pjrt_runtime {
   PJRT_Device **devices;
   int *device_ids;
   char (*device_kinds)[64];
+  int threads;           /* the pool size: the user's or the one mtf set; 0 = unknown (the plugin's default) */
+  int threads_from_user; /* $PJRT_NPROC / $NPROC was set before mtf_pjrt_open */
 };
 
 struct mtf_pjrt_executable {
@@ -168,6 +171,35 @@ static int read_devices(mtf_pjrt_runtime *rt, mtf_error *err) {
   return MTF_OK;
 }
 
+int mtf_pjrt_threads_needed(int n_devices, int n_collectives, int cores) {
+  if (cores < 1) cores = 1;
+  if (n_devices <= 1 || n_collectives <= 0) return cores;
+  long need = (long)cores + (long)n_collectives * (n_devices - 1);
+  return need > 100000 ? 100000 : (int)need;
+}
+
+int mtf_pjrt_threads(const mtf_pjrt_runtime *rt) { return rt->threads; }
+int mtf_pjrt_threads_set(const mtf_pjrt_runtime *rt) { return rt->threads_from_user ? 0 : rt->threads; }
+
+/* Sets $PJRT_NPROC to `threads` for the client's creation unless the user set it (or NPROC): the plugin reads
+ * it only then. Returns whether it was set here, so that create_client can take it away again (a later
+ * client, and the processes mtf starts, see the environment as the user left it). */
+static int set_thread_env(mtf_pjrt_runtime *rt, int threads) {
+  const char *user = getenv(MTF_PJRT_THREADS_ENV);
+  if (!user || !user[0]) user = getenv("NPROC");
+  if (user && user[0]) {
+    rt->threads = atoi(user);
+    rt->threads_from_user = 1;
+    return 0;
+  }
+  if (threads <= 0) return 0;
+  char text[32];
+  snprintf(text, sizeof text, "%d", threads);
+  if (setenv(MTF_PJRT_THREADS_ENV, text, 1) != 0) return 0;
+  rt->threads = threads;
+  return 1;
+}
+
 int mtf_pjrt_open(const mtf_pjrt_options *options, mtf_pjrt_runtime **out, mtf_error *err) {
   *out = NULL;
   if (options->local_devices < 0)
@@ -189,7 +221,9 @@ int mtf_pjrt_open(const mtf_pjrt_options *options, mtf_pjrt_runtime **out, mtf_e
     PJRT_Client_Create_Args cc = {.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE,
                                   .create_options = options->local_devices > 0 ? &count : NULL,
                                   .num_options = options->local_devices > 0 ? 1 : 0};
+    int env_set = set_thread_env(rt, options->threads);
     rc = take_error(rt->api, rt->api->PJRT_Client_Create(&cc), err, "client creation");
+    if (env_set) unsetenv(MTF_PJRT_THREADS_ENV);
     rt->client = cc.client;
   }
   if (rc == MTF_OK) rc = read_devices(rt, err);
@@ -241,6 +275,9 @@ void mtf_pjrt_describe(const mtf_pjrt_runtime *rt, char *out, size_t cap) {
   for (int i = 0; i < rt->device_count && used < cap; i++)
     used += (size_t)snprintf(out + used, cap - used, "%s id %d (%s)", i ? "," : " -", rt->device_ids[i],
                              rt->device_kinds[i]);
+  if (rt->threads > 0 && used < cap)
+    snprintf(out + used, cap - used, "\npjrt threads: %d (%s=%d%s)", rt->threads, MTF_PJRT_THREADS_ENV, rt->threads,
+             rt->threads_from_user ? ", as set in the environment" : ", set by mtf for the program's collectives");
 }
 
 size_t mtf_pjrt_type_size(mtf_pjrt_type type) { return type == MTF_PJRT_U64 ? 8 : 4; }

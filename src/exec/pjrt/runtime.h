@@ -33,7 +33,28 @@ typedef struct mtf_pjrt_executable mtf_pjrt_executable; /* a compiled, loaded pr
 typedef struct mtf_pjrt_options {
   const char *plugin_path; /* NULL or "": $MTF_PJRT_PLUGIN, else the build's default (mtf_pjrt_default_plugin) */
   int local_devices;       /* devices this process asks for (the CPU plugin creates that many); 0 = plugin's default */
+  int threads;             /* host threads the programs need (mtf_pjrt_threads_needed); 0 = the plugin's default */
 } mtf_pjrt_options;
+
+/* The environment variable through which the XLA CPU plugin sizes its thread pools (read when the client is
+ * created; NPROC is its second choice). mtf sets it for the client creation only, and only when neither is
+ * set: a value the user exports wins. */
+#define MTF_PJRT_THREADS_ENV "PJRT_NPROC"
+
+/* The host threads a module of n_collectives collective ops on n_devices devices of one process needs on
+ * the XLA CPU plugin so that it cannot deadlock, given `cores` to compute with. Why: the plugin runs every
+ * device's program as tasks on ONE shared pool (max(cores, devices) threads by default) and a task that
+ * reaches a collective blocks its thread until the other devices arrive; the thunk executor starts
+ * independent collectives of one device concurrently, so on 2 cores device 0 can hold both threads in two
+ * all_reduces while device 1, which would complete them, has no thread (the 40 s rendezvous abort). An
+ * unfinished collective blocks at most devices-1 threads, so cores + n_collectives * (devices - 1) threads
+ * always leave `cores` threads to run the missing device. 1 device: `cores` (nothing waits). */
+int mtf_pjrt_threads_needed(int n_devices, int n_collectives, int cores);
+/* The pool size mtf set for the client (options.threads), 0 when it set none: options.threads was 0, or the
+ * user's $PJRT_NPROC / $NPROC was in force (mtf_pjrt_describe prints that one). */
+int mtf_pjrt_threads_set(const mtf_pjrt_runtime *rt);
+/* The pool size in force: the user's $PJRT_NPROC / $NPROC, else what mtf set, else 0 (the plugin's default). */
+int mtf_pjrt_threads(const mtf_pjrt_runtime *rt);
 
 /* The plugin path the build found (tools/install-deps.sh --pjrt's install), or "" when there was none. */
 const char *mtf_pjrt_default_plugin(void);

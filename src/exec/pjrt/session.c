@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mtf_pjrt_session {
   mtf_pjrt_runtime *rt;
@@ -21,17 +22,29 @@ int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const 
   s->plans = malloc(sizeof *s->plans * (size_t)n_devices);
   int rc = s->plans ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "pjrt session");
   if (rc == MTF_OK) memcpy(s->plans, device_plans, sizeof *s->plans * (size_t)n_devices);
+  /* The module first: its collectives size the client's thread pool (mtf_pjrt_threads_needed). */
+  mtf_pjrt_module module = {0};
+  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)device_plans, n_devices, NULL, &module, err);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = rc == MTF_OK ? mtf_pjrt_threads_needed(n_devices, module.n_collectives, cores > 0 ? (int)cores : 1) : 0;
   if (rc == MTF_OK && share) {
     s->rt = share->rt;
+    /* The pool was sized for the first session's program (training, the one with the most collectives);
+     * a pool the user sized is the user's call. */
+    int have = mtf_pjrt_threads_set(s->rt);
+    if (have > 0 && have < threads)
+      rc = mtf_error_set(err, MTF_ERR_INVALID,
+                         "pjrt: this program has %d collectives on %d devices and needs %d host threads, but the "
+                         "plugin's pool has %d (%s): export %s=%d",
+                         module.n_collectives, n_devices, threads, have, MTF_PJRT_THREADS_ENV, MTF_PJRT_THREADS_ENV,
+                         threads);
   } else if (rc == MTF_OK) {
     /* As configured: 0 asks for no count (a TPU or GPU plugin uses all its chips; "cpu_device_count" is
      * only the CPU plugin's option), and too few devices is compile's clear error. */
-    mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = local_devices};
+    mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = local_devices, .threads = threads};
     rc = mtf_pjrt_open(&options, &s->rt, err);
     s->owns_runtime = rc == MTF_OK;
   }
-  mtf_pjrt_module module = {0};
-  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)device_plans, n_devices, NULL, &module, err);
   if (rc == MTF_OK)
     rc = mtf_pjrt_program_create(s->rt, s->plans, n_devices, &module, share ? share->program : NULL, &s->program, err);
   mtf_pjrt_module_free(&module);
@@ -102,3 +115,4 @@ int mtf_pjrt_session_write_variable(mtf_pjrt_session *s, mtf_tensor var, const f
 }
 
 int mtf_pjrt_session_devices(const mtf_pjrt_session *s) { return s->n; }
+int mtf_pjrt_session_threads(const mtf_pjrt_session *s) { return mtf_pjrt_threads(s->rt); }

@@ -20,5 +20,8 @@ int mtf_pjrt_session_fetch(mtf_pjrt_session *s, mtf_tensor t, void *full, mtf_er
 /* A variable's whole value: every device gets its slice. */
 int mtf_pjrt_session_write_variable(mtf_pjrt_session *s, mtf_tensor var, const float *full, mtf_error *err);
 int mtf_pjrt_session_devices(const mtf_pjrt_session *s);
+/* The host threads of the plugin's pools as mtf set them (mtf_pjrt_threads_needed) or the user did
+ * ($PJRT_NPROC / $NPROC); 0 = the plugin's own default. */
+int mtf_pjrt_session_threads(const mtf_pjrt_session *s);
 
 #endif
