@@ -67,8 +67,8 @@ per_round=$(( (steps + rounds - 1) / rounds ))
 total=$((warmup + per_round))
 load() { cut -d' ' -f1 /proc/loadavg; }
 spread() { # the run's own median and range, from the last line bench_peers.py wrote
-  tail -n 1 "$tmp/results.jsonl" | "$PY" -c 'import json, sys; r = json.loads(sys.stdin.read())
-print(f"   {r[\"setup\"]}: median {r[\"median_ms\"]:.1f} ms of {len(r[\"step_ms\"])} steps, range {min(r[\"step_ms\"]):.1f}-{max(r[\"step_ms\"]):.1f}")' >&2
+  tail -n 1 "$tmp/results.jsonl" | "$PY" -c 'import json, sys; r = json.loads(sys.stdin.read()); s = r["step_ms"]
+print("   %s: median %.1f ms of %d steps, range %.1f-%.1f" % (r["setup"], r["median_ms"], len(s), min(s), max(s)))' >&2
 }
 run_mtf() { # ROUND NAME RANKS THREADS MESH LAYOUT BACKEND-ARGS (one word) MPIEXEC-OPTIONS...
   local round=$1 name=$2 ranks=$3 threads=$4 mesh=$5 layout=$6 backend=$7; shift 7
