@@ -161,7 +161,13 @@ static int emit_module(h_emitter *E, mtf_pjrt_module *m) {
     h_printf(E, "module @mtf_plan attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = %d : i32} {\n",
              E->n_plans);
     h_printf(E, "  func.func public @main(");
-    for (int i = 0; i < m->n_params; i++) h_printf(E, "%s%%v%d: %s", i ? ", " : "", i, h_type_text(h_t(E, i), t));
+    for (int i = 0; i < m->n_params; i++) {
+      h_printf(E, "%s%%v%d: %s", i ? ", " : "", i, h_type_text(h_t(E, i), t));
+      /* A written variable's new value may take its old buffer (the runtime donates it): XLA then updates
+       * the variable in place instead of allocating a result and copying (JAX's attribute for donation). */
+      for (int r = 0; r < m->n_results; r++)
+        if (m->results[r].aliases == i) h_printf(E, " {tf.aliasing_output = %d : i32}", r);
+    }
     h_printf(E, ") -> (");
     for (int i = 0; i < m->n_results; i++) {
       h_type rt = {h_shape_of(&m->results[i].shape), h_of_pjrt(m->results[i].elem)};
