@@ -68,8 +68,15 @@ struct mtf_backend {
   const mtf_backend_memory *mem;
   mtf_kernel_fn kernels[MTF_OP_COUNT]; /* a copy per instance (a test may wrap one) */
   void (*destroy)(mtf_backend *b);
+  /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
+   * the executor adds to its own. */
+  const char *(*error_text)(mtf_backend *b);
   void *ctx;
 };
+
+/* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32
+ * accumulation and output (master weights, reductions and the loss stay fp32). */
+typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mtf_precision;
 
 /* A backend of `kind` ("cpu"; NULL or "" = "cpu") with `threads` compute threads (0 = its default).
  * Unknown or unavailable kinds are errors that list the built-in kinds. */
