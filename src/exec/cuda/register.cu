@@ -17,6 +17,7 @@ void mtf_cuda_register_kernels(mtf_kernel_fn *kernels) {
   mtf_cuda_register_optimizer(kernels);
   mtf_cuda_register_select(kernels);
   mtf_cuda_register_write_at(kernels);
+  mtf_cuda_register_attention(kernels);
 }
 
 MTF_CUDA_END
