@@ -82,6 +82,9 @@ typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mt
  * Unknown or unavailable kinds are errors that list the built-in kinds. */
 int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err);
 void mtf_backend_destroy(mtf_backend *b);
+/* For test programs: one more kind that mtf_backend_create (and so backend.kind) accepts, e.g. "cuda-emu",
+ * the CUDA backend compiled against the host emulator (tests/cuda_emu). Call before any session. */
+int mtf_backend_register(const char *kind, int (*create)(int threads, mtf_backend **out, mtf_error *err));
 
 /* The backend instance a session computes on (for tests that wrap a kernel). */
 mtf_backend *mtf_session_backend_instance(mtf_session *s);
