@@ -656,6 +656,9 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
       return mtf_error_set(err, MTF_ERR_INVALID, "session: the device plans are of another graph than the host plan");
   mtf_session_options opts = {0};
   if (options) opts = *options;
+  if (opts.precision != MTF_PRECISION_FP32)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the pjrt backend, which "
+                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda");
   const mtf_session *other = opts.share_variables_with;
   if (other && (!other->spmd || other->plan->graph != host_plan->graph))
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");

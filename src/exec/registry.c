@@ -46,10 +46,26 @@ const char *mtf_backend_kinds(void) {
   return list;
 }
 
+/* Kinds a test program adds (mtf_backend_register): the emulated CUDA backend, e.g. Not listed among the
+ * built-in kinds, since no build of mtf itself has them. */
+#define MAX_REGISTERED 4
+static backend_entry registered[MAX_REGISTERED];
+static int n_registered;
+
+/* Such a kind is the CUDA backend's code (cuda-emu): it has bf16. */
+int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
+                                                         mtf_error *err)) {
+  if (n_registered == MAX_REGISTERED) return MTF_ERR_INVALID;
+  registered[n_registered++] = (backend_entry){kind, create, 1};
+  return MTF_OK;
+}
+
 static const backend_entry *find(const char *kind, mtf_error *err) {
   if (!kind || !kind[0]) kind = "cpu";
   for (size_t i = 0; i < N_BUILTIN; i++)
     if (strcmp(kind, builtin[i].kind) == 0) return &builtin[i];
+  for (int i = 0; i < n_registered; i++)
+    if (strcmp(kind, registered[i].kind) == 0) return &registered[i];
   mtf_error_set(err, MTF_ERR_INVALID, "unknown backend '%s' (built in: %s)%s", kind, mtf_backend_kinds(),
                 strcmp(kind, "cuda") == 0 ? ": this build has no CUDA (configure where nvcc is on PATH, or set "
                                             "CUDACXX, with MTF_ENABLE_CUDA=ON)" : "");
