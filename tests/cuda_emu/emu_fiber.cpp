@@ -14,6 +14,16 @@
 
 #include "cuda_runtime.h"
 
+/* Under AddressSanitizer every stack switch is announced, so that it knows which stack is live. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
@@ -68,6 +78,7 @@ struct fiber {
 #endif
   char *stack;
   thread_state state;
+  void *sanitizer_fake_stack;
 };
 
 struct grid_run {
@@ -86,6 +97,8 @@ struct grid_run {
 };
 
 grid_run run;
+const void *scheduler_stack_bottom; /* the scheduler's stack, for the sanitizer's switch announcements */
+size_t scheduler_stack_size;
 alignas(16) unsigned char dynamic_shared[MAX_SHARED];
 
 void set_thread(unsigned linear) {
@@ -95,26 +108,38 @@ void set_thread(unsigned linear) {
 }
 
 void to_scheduler(fiber *f) {
+  START_SWITCH(&f->sanitizer_fake_stack, scheduler_stack_bottom, scheduler_stack_size);
 #ifdef MTF_EMU_FAST_SWITCH
   mtf_emu_switch(&f->sp, run.scheduler_sp);
 #else
   swapcontext(&f->context, &run.scheduler);
 #endif
+  FINISH_SWITCH(f->sanitizer_fake_stack, &scheduler_stack_bottom, &scheduler_stack_size);
 }
 
 void resume(fiber *f) {
+  void *fake_stack = nullptr;
+  START_SWITCH(&fake_stack, f->stack, STACK_BYTES);
 #ifdef MTF_EMU_FAST_SWITCH
   mtf_emu_switch(&run.scheduler_sp, f->sp);
 #else
   swapcontext(&run.scheduler, &f->context);
 #endif
+  FINISH_SWITCH(fake_stack, nullptr, nullptr);
 }
 
 extern "C" void fiber_entry(void) {
+  FINISH_SWITCH(nullptr, &scheduler_stack_bottom, &scheduler_stack_size);
   fiber *f = &run.fibers[run.current];
   run.body(run.closure);
   f->state = DONE;
-  to_scheduler(f); /* never resumed */
+  /* Never resumed: no fake stack to keep (nullptr), and no return from the switch. */
+  START_SWITCH(nullptr, scheduler_stack_bottom, scheduler_stack_size);
+#ifdef MTF_EMU_FAST_SWITCH
+  mtf_emu_switch(&f->sp, run.scheduler_sp);
+#else
+  swapcontext(&f->context, &run.scheduler);
+#endif
   abort();
 }
 
