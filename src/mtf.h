@@ -301,6 +301,10 @@ typedef struct mtf_session_options {
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
   const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
   int local_devices;   /* pjrt: devices to ask the plugin for (0: the plugin's default, all on TPU/GPU) */
+  /* backend.comm, collectives on device memory: "auto" (NULL, ""; NCCL when every rank has a GPU of its
+   * own, else MPI through host staging), "nccl" or "mpi" (staged). A host-memory backend (cpu) uses the
+   * session's communicator as it is, and refuses "nccl". */
+  const char *comm;
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;

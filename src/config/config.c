@@ -129,6 +129,8 @@ static const key_spec schema[] = {
      "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
     {"backend.peak_gflops", KEY_FLOAT, F(peak_gflops), "0.0", 0, 1e9, NULL,
      "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up)"},
+    {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
+     "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};
@@ -603,6 +605,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);
+  /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
+  if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "
+                         "backend.kind: cuda (one GPU per rank); with %s use auto or mpi", src, cfg->backend, cfg->backend);
   /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */
   if (strcmp(cfg->backend, "pjrt") != 0 && (cfg->plugin[0] || cfg->local_devices != 0))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "

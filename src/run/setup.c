@@ -13,6 +13,7 @@ mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   options.threads = mtf_backend_resolve_threads((int)cfg->threads, mtf_world_ranks_on_node());
   options.plugin = cfg->plugin;
   options.local_devices = (int)cfg->local_devices;
+  options.comm = cfg->comm;
   return options;
 }
 
