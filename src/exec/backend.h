@@ -73,8 +73,15 @@ struct mtf_backend {
    * the job's host communicator, for backend.comm `mode` ("auto", "nccl" or "mpi"); collective over host.
    * The caller destroys it (exec/device_comm.h). NULL: host memory, where the host communicator serves. */
   int (*device_comm)(mtf_backend *b, struct mtf_comm *host, const char *mode, struct mtf_comm **out, mtf_error *err);
+  /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
+   * the executor adds to its own. */
+  const char *(*error_text)(mtf_backend *b);
   void *ctx;
 };
+
+/* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32
+ * accumulation and output (master weights, reductions and the loss stay fp32). */
+typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mtf_precision;
 
 /* A backend of `kind` ("cpu"; NULL or "" = "cpu") with `threads` compute threads (0 = its default).
  * Unknown or unavailable kinds are errors that list the built-in kinds. */

@@ -83,6 +83,6 @@ void mtf_run_checkpoint_dir(const mtf_config *cfg, char *dir, size_t size);
 
 /* Ends the job when a step fails inside the session on this rank (other ranks may be waiting in one of its
  * collectives): "mtf: rank k: <what>: <message>", exit status 1. */
-_Noreturn void mtf_run_abort(const char *what, const mtf_error *err);
+MTF_NORETURN void mtf_run_abort(const char *what, const mtf_error *err);
 
 #endif
