@@ -29,6 +29,7 @@ mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   options.device = (int)cfg->device;
   options.tf32 = cfg->tf32;
   options.precision = precision_of(cfg);
+  options.comm = cfg->comm;
   return options;
 }
 
