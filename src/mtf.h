@@ -325,6 +325,10 @@ typedef struct mtf_session_options {
   int device_set, device;
   int tf32;                /* cuda: backend.tf32 */
   mtf_precision precision; /* backend.precision (bf16: cuda only) */
+  /* backend.comm, collectives on device memory: "auto" (NULL, ""; NCCL when every rank has a GPU of its
+   * own, else MPI through host staging), "nccl" or "mpi" (staged). A host-memory backend (cpu) uses the
+   * session's communicator as it is, and refuses "nccl". */
+  const char *comm;
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;

@@ -134,6 +134,8 @@ static const key_spec schema[] = {
     {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},
     {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
      "bf16: einsum inputs in bf16 with fp32 accumulation, fp32 master weights, reductions and loss (cuda only)"},
+    {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
+     "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};
@@ -617,6 +619,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.precision: bf16 is not implemented by the %s backend, which "
                          "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", src,
                          cfg->backend);
+  /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
+  if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "
+                         "backend.kind: cuda (one GPU per rank); with %s use auto or mpi", src, cfg->backend, cfg->backend);
   /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */
   if (strcmp(cfg->backend, "pjrt") != 0 && (cfg->plugin[0] || cfg->local_devices != 0))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "

@@ -76,6 +76,7 @@ typedef struct mtf_config {
   int64_t device;                /* backend.device: cuda GPU ordinal; -1 = from the rank's local rank */
   int tf32;                      /* backend.tf32: cuda fp32 GEMMs may use TF32 tensor cores */
   char precision[MTF_CONFIG_TEXT]; /* backend.precision: fp32 | bf16 (cuda only) */
+  char comm[MTF_CONFIG_TEXT];    /* backend.comm: auto|nccl|mpi, the collectives on device memory */
 } mtf_config;
 
 /* Defaults for every key. */

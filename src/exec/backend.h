@@ -12,6 +12,7 @@
 #include "lower/plan.h"
 
 typedef struct mtf_backend mtf_backend;
+struct mtf_comm;
 
 /* What a kernel step runs on: backend memory for out, inputs and the step's planned scratch. */
 typedef struct mtf_kernel_args {
@@ -68,6 +69,10 @@ struct mtf_backend {
   const mtf_backend_memory *mem;
   mtf_kernel_fn kernels[MTF_OP_COUNT]; /* a copy per instance (a test may wrap one) */
   void (*destroy)(mtf_backend *b);
+  /* Optional, for memory the host cannot address: makes the communicator of collectives on this memory from
+   * the job's host communicator, for backend.comm `mode` ("auto", "nccl" or "mpi"); collective over host.
+   * The caller destroys it (exec/device_comm.h). NULL: host memory, where the host communicator serves. */
+  int (*device_comm)(mtf_backend *b, struct mtf_comm *host, const char *mode, struct mtf_comm **out, mtf_error *err);
   /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
    * the executor adds to its own. */
   const char *(*error_text)(mtf_backend *b);

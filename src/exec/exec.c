@@ -11,6 +11,7 @@
 #include "comm/world.h"
 #include "core/clock.h"
 #include "exec/backend.h"
+#include "exec/device_comm.h"
 #include "exec/profile.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/session.h"
@@ -18,7 +19,11 @@
 
 struct mtf_session {
   mtf_plan *plan;
-  mtf_comm *comm;
+  mtf_comm *comm; /* the job's, on host memory: fetches and what the caller does with it */
+  /* The collective steps' on backend memory: comm itself on a host-memory backend, else the backend's device
+   * communicator (NCCL, or comm through host staging), made by the session that owns the backend. */
+  mtf_comm *step_comm;
+  int owns_step_comm;
   mtf_backend *backend;
   int owns_backend;
   struct mtf_session *owner; /* the session whose variables (and backend) this one shares, or NULL */
@@ -200,6 +205,15 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     }
     s->owns_backend = 1;
   }
+  if (other) {
+    s->step_comm = other->step_comm;
+  } else {
+    rc = mtf_backend_step_comm(s->backend, comm, opts.comm, &s->step_comm, &s->owns_step_comm, err);
+    if (rc) {
+      mtf_session_destroy(s);
+      return rc;
+    }
+  }
   rc = allocate_storage(s, err);
   if (rc) {
     mtf_session_destroy(s);
@@ -236,6 +250,8 @@ void mtf_session_destroy(mtf_session *s) {
     if (s->inputs)
       for (int i = 0; i < s->plan->n_inputs; i++) be->mem->release(be, s->inputs[i]);
     if (s->arena) be->mem->release(be, s->arena);
+    /* Before the backend: a device communicator works on the backend's streams. */
+    if (s->owns_step_comm) mtf_comm_destroy(s->step_comm);
     if (s->owns_backend) mtf_backend_destroy(be);
   }
   free(s->variables);
@@ -337,11 +353,11 @@ static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   size_t block_bytes = (size_t)mtf_shape_num_elements(&st->in_shape[0]) * ELEM;
   const void *in = buffer_data(s, st->in[0]);
   void *out = buffer_data(s, st->out);
-  if (outer == 1) return mtf_comm_allgather_blocks(s->comm, st->axes, in, out, block_bytes, err);
+  if (outer == 1) return mtf_comm_allgather_blocks(s->step_comm, st->axes, in, out, block_bytes, err);
   /* Blocks arrive one after another; the backend reorders them into the concatenation. */
   void *blocks = buffer_data(s, st->scratch);
-  MTF_CHECK(mtf_comm_allgather_blocks(s->comm, st->axes, in, blocks, block_bytes, err));
-  int parts = mtf_comm_group_size(s->comm, st->axes);
+  MTF_CHECK(mtf_comm_allgather_blocks(s->step_comm, st->axes, in, blocks, block_bytes, err));
+  int parts = mtf_comm_group_size(s->step_comm, st->axes);
   return be->mem->concat_blocks(be, blocks, out, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts);
 }
 
@@ -361,14 +377,14 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK];
   dims_of(&st->in_shape[0], dims);
-  int parts = mtf_comm_group_size(s->comm, st->axes);
+  int parts = mtf_comm_group_size(s->step_comm, st->axes);
   const void *blocks = buffer_data(s, st->in[0]);
   if (rows_before(dims, st->tensor_axis) > 1) {
     void *packed = buffer_data(s, st->scratch);
     MTF_CHECK(be->mem->split_blocks(be, blocks, packed, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts));
     blocks = packed;
   }
-  return mtf_comm_reduce_scatter_blocks(s->comm, st->axes, blocks, buffer_data(s, st->out),
+  return mtf_comm_reduce_scatter_blocks(s->step_comm, st->axes, blocks, buffer_data(s, st->out),
                                         (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32, st->reduce_op, err);
 }
 
@@ -377,7 +393,7 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
  * scratch holds the send blocks, then the received ones). */
 static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
-  int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->comm, st->axes);
+  int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->step_comm, st->axes);
   int64_t dims[MTF_MAX_RANK], block_dims[MTF_MAX_RANK], elements = mtf_shape_num_elements(&st->in_shape[0]);
   dims_of(&st->in_shape[0], dims);
   memcpy(block_dims, dims, sizeof dims);
@@ -392,7 +408,7 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   }
   int unpack = rows_before(block_dims, st->concat_axis) > 1;
   if (unpack) recv = scratch;
-  MTF_CHECK(mtf_comm_alltoall_blocks(s->comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
+  MTF_CHECK(mtf_comm_alltoall_blocks(s->step_comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
   return unpack ? be->mem->concat_blocks(be, recv, out, ELEM, rank, block_dims, st->concat_axis, parts) : MTF_OK;
 }
 
@@ -402,7 +418,7 @@ static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
   double start = mtf_now_seconds();
   MTF_CHECK(s->backend->mem->synchronize(s->backend));
   void *range = buffer_data(s, st->out);
-  int rc = mtf_comm_iallreduce(s->comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
+  int rc = mtf_comm_iallreduce(s->step_comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
                                MTF_F32, st->reduce_op, &s->requests[st->bucket], err);
   if (rc == MTF_OK && s->requests[st->bucket].active) s->in_flight[s->n_in_flight++] = st->bucket;
   s->progress_seconds += mtf_now_seconds() - start;
@@ -420,7 +436,7 @@ static void forget_in_flight(mtf_session *s, int bucket) {
 
 static int wait_bucket(mtf_session *s, int bucket, mtf_error *err) {
   double start = mtf_now_seconds();
-  int rc = mtf_comm_wait(s->comm, &s->requests[bucket], err);
+  int rc = mtf_comm_wait(s->step_comm, &s->requests[bucket], err);
   forget_in_flight(s, bucket);
   s->comm_seconds += mtf_now_seconds() - start;
   return rc;
@@ -433,7 +449,7 @@ static int progress_buckets(mtf_session *s, mtf_error *err) {
   int rc = MTF_OK;
   for (int i = 0; i < s->n_in_flight && rc == MTF_OK;) {
     int done = 0;
-    rc = mtf_comm_test(s->comm, &s->requests[s->in_flight[i]], &done, err);
+    rc = mtf_comm_test(s->step_comm, &s->requests[s->in_flight[i]], &done, err);
     if (done) forget_in_flight(s, s->in_flight[i]);
     else i++;
   }
@@ -462,7 +478,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
     case MTF_STEP_ALLREDUCE: {
       double start = mtf_now_seconds();
       MTF_CHECK(be->mem->synchronize(be));
-      int rc = mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
+      int rc = mtf_comm_allreduce(s->step_comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
                                   st->reduce_op, err);
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;

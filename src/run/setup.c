@@ -29,6 +29,7 @@ mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   options.device = (int)cfg->device;
   options.tf32 = cfg->tf32;
   options.precision = precision_of(cfg);
+  options.comm = cfg->comm;
   return options;
 }
 
@@ -38,6 +39,8 @@ void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
   if (strcmp(mtf_session_backend(session), "pjrt") == 0)
     fprintf(out, "backend: pjrt, %d process x %d devices, one compiled program per step\n", mtf_world_size(),
             mtf_session_devices(session));
+  else if (strcmp(mtf_session_backend(session), "cuda") == 0)
+    fprintf(out, "backend: cuda, %d ranks x 1 GPU (the cuda: line above names rank 0's)\n", mtf_world_size());
   else
     fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
             mtf_session_threads(session));

@@ -4,6 +4,7 @@
  * wait for the stream (the host buffer may be reused at once); everything else is asynchronous until
  * synchronize. */
 #include "exec/cuda/cuda_kernel.h"
+#include "exec/cuda/cuda_comm.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -327,6 +328,7 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->mem = &cuda_memory;
   b->destroy = cuda_destroy;
   b->error_text = cuda_error_text;
+  b->device_comm = mtf_cuda_device_comm; /* collectives on device memory: NCCL or staged MPI (cuda_comm.cu) */
   b->ctx = c;
   c->device = device;
   c->tf32 = options->tf32;
