@@ -79,14 +79,14 @@ struct mtf_backend {
   void *ctx;
 };
 
-/* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32
- * accumulation and output (master weights, reductions and the loss stay fp32). */
-typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mtf_precision;
-
-/* A backend of `kind` ("cpu"; NULL or "" = "cpu") with `threads` compute threads (0 = its default).
- * Unknown or unavailable kinds are errors that list the built-in kinds. */
-int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err);
+/* A backend of options->kind ("cpu"; NULL or "" = "cpu") with its settings. Unknown or unavailable kinds are
+ * errors that list the built-in kinds; so is a precision the backend does not have. */
+int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
 void mtf_backend_destroy(mtf_backend *b);
+/* For test programs: one more kind that mtf_backend_create (and so backend.kind) accepts, e.g. "cuda-emu",
+ * the CUDA backend compiled against the host emulator (tests/cuda_emu). Call before any session. */
+int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
+                                                         mtf_error *err));
 
 /* The backend instance a session computes on (for tests that wrap a kernel). */
 mtf_backend *mtf_session_backend_instance(mtf_session *s);
@@ -97,5 +97,9 @@ void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
 
 /* The CPU backend's constructor (exec/cpu/). */
 int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err);
+/* The CUDA backend's (exec/cuda/backend.cu; built when nvcc is found: MTF_HAVE_CUDA), and what it would run
+ * on (mtf_backend_describe's text; an error naming what was looked for when there is no usable GPU). */
+int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
+int mtf_cuda_probe(const mtf_backend_options *options, char *out, size_t cap, mtf_error *err);
 
 #endif

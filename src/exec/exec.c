@@ -194,7 +194,11 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     s->owner = (mtf_session *)other;
     s->owner->borrowers++;
   } else {
-    rc = mtf_backend_create(opts.backend, opts.threads, &s->backend, err);
+    mtf_backend_options backend_options = {.kind = opts.backend, .threads = opts.threads, .plugin = opts.plugin,
+                                           .local_devices = opts.local_devices,
+                                           .device = opts.device_set ? opts.device : MTF_DEVICE_FROM_LOCAL_RANK,
+                                           .tf32 = opts.tf32, .precision = opts.precision};
+    rc = mtf_backend_create(&backend_options, &s->backend, err);
     if (rc) {
       free(s);
       return rc;
@@ -464,8 +468,11 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;
-      if (rc != MTF_OK)
-        return mtf_error_set(err, rc, "backend '%s' %s", be->name, kernel ? "kernel failed" : "has no kernel for this op");
+      if (rc != MTF_OK) {
+        const char *why = kernel && be->error_text ? be->error_text(be) : NULL;
+        return mtf_error_set(err, rc, "backend '%s' %s%s%s", be->name, kernel ? "kernel failed" : "has no kernel for this op",
+                             why && why[0] ? ": " : "", why ? why : "");
+      }
       return MTF_OK;
     }
     case MTF_STEP_ALLREDUCE: {
@@ -513,6 +520,11 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
     if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
     if (rc == MTF_OK && s->n_in_flight > 0 && st->kind == MTF_STEP_KERNEL) rc = progress_buckets(s, err);
     if (rc) {
+      /* A memory call of the backend (copy, slice, synchronize, ...) returns its code alone. */
+      if (err->code != rc) {
+        const char *why = s->backend->error_text ? s->backend->error_text(s->backend) : NULL;
+        mtf_error_set(err, rc, "backend '%s': %s", s->backend->name, why && why[0] ? why : "a memory operation failed");
+      }
       mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
       /* The other ranks may already wait in this plan's next collective: end the job with the reason. */
       if (s->comm->size > 1) mtf_world_abort(1, "mtf_session_run", err);
@@ -660,6 +672,9 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
       return mtf_error_set(err, MTF_ERR_INVALID, "session: the device plans are of another graph than the host plan");
   mtf_session_options opts = {0};
   if (options) opts = *options;
+  if (opts.precision != MTF_PRECISION_FP32)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the pjrt backend, which "
+                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda");
   const mtf_session *other = opts.share_variables_with;
   if (other && (!other->spmd || other->plan->graph != host_plan->graph))
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");

@@ -10,7 +10,7 @@
  *    MTF_CUDA_CHECK_LAUNCH): a failure returns an mtf error code and keeps its text in the backend's
  *    context (mtf_cuda_fail), which the executor adds to its message.
  *  - everything a .cu file defines for the other .cu files lies between MTF_CUDA_BEGIN and MTF_CUDA_END
- *    (a namespace with C++ linkage); only the C entry points (mtf_cuda_backend_create, mtf_cuda_describe)
+ *    (a namespace with C++ linkage); only the C entry points (mtf_cuda_backend_create, _probe, _describe)
  *    are extern "C". Under the emulator the namespace and those two names differ, so a test program can
  *    link the emulated backend next to the real one of a build that has nvcc.
  * C++17; the C headers of mtf are included inside extern "C". */
@@ -27,6 +27,7 @@
 #define MTF_CUDA_NS mtf_cuda_emu
 #define mtf_cuda_backend_create mtf_cuda_emu_backend_create
 #define mtf_cuda_describe mtf_cuda_emu_describe
+#define mtf_cuda_probe mtf_cuda_emu_probe
 #else
 #define MTF_CUDA_NS mtf_cuda_gpu
 #endif
@@ -154,6 +155,14 @@ __device__ inline float mtf_block_sum(float value) { MTF_BLOCK_REDUCE_BODY(float
 __device__ inline double mtf_block_sum_double(double value) { MTF_BLOCK_REDUCE_BODY(double, value, mtf_add_f64_); }
 /* Threads with nothing to contribute pass -INFINITY. */
 __device__ inline float mtf_block_max(float value) { MTF_BLOCK_REDUCE_BODY(float, value, mtf_max_f32_); }
+
+/* cuda_info.cu: the GPU this rank computes on: options->device, else its local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+ * SLURM_LOCALID, else 0) modulo the visible GPUs; no usable GPU is an error naming what was looked for. */
+int mtf_cuda_pick_device(const mtf_backend_options *options, int *device, mtf_error *err);
+
+/* backend.cu: device scratch of at least `bytes` (the context's workspace, grown by reallocation after the
+ * stream is idle), or NULL after recording the failure. */
+void *mtf_cuda_workspace(mtf_backend *b, size_t bytes);
 
 /* ---- the kernel table ---- */
 
