@@ -14,6 +14,16 @@
 
 #include "cuda_runtime.h"
 
+/* Under AddressSanitizer every stack switch is announced, so that it knows which stack is live. */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define START_SWITCH(save, bottom, size) __sanitizer_start_switch_fiber(save, bottom, size)
+#define FINISH_SWITCH(save, bottom, size) __sanitizer_finish_switch_fiber(save, bottom, size)
+#else
+#define START_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#define FINISH_SWITCH(save, bottom, size) ((void)(save), (void)(bottom), (void)(size))
+#endif
+
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
 
@@ -68,6 +78,7 @@ struct fiber {
 #endif
   char *stack;
   thread_state state;
+  void *sanitizer_fake_stack;
 };
 
 struct grid_run {
@@ -86,6 +97,8 @@ struct grid_run {
 };
 
 grid_run run;
+const void *scheduler_stack_bottom; /* the scheduler's stack, for the sanitizer's switch announcements */
+size_t scheduler_stack_size;
 alignas(16) unsigned char dynamic_shared[MAX_SHARED];
 
 void set_thread(unsigned linear) {
@@ -95,26 +108,38 @@ void set_thread(unsigned linear) {
 }
 
 void to_scheduler(fiber *f) {
+  START_SWITCH(&f->sanitizer_fake_stack, scheduler_stack_bottom, scheduler_stack_size);
 #ifdef MTF_EMU_FAST_SWITCH
   mtf_emu_switch(&f->sp, run.scheduler_sp);
 #else
   swapcontext(&f->context, &run.scheduler);
 #endif
+  FINISH_SWITCH(f->sanitizer_fake_stack, &scheduler_stack_bottom, &scheduler_stack_size);
 }
 
 void resume(fiber *f) {
+  void *fake_stack = nullptr;
+  START_SWITCH(&fake_stack, f->stack, STACK_BYTES);
 #ifdef MTF_EMU_FAST_SWITCH
   mtf_emu_switch(&run.scheduler_sp, f->sp);
 #else
   swapcontext(&run.scheduler, &f->context);
 #endif
+  FINISH_SWITCH(fake_stack, nullptr, nullptr);
 }
 
 extern "C" void fiber_entry(void) {
+  FINISH_SWITCH(nullptr, &scheduler_stack_bottom, &scheduler_stack_size);
   fiber *f = &run.fibers[run.current];
   run.body(run.closure);
   f->state = DONE;
-  to_scheduler(f); /* never resumed */
+  /* Never resumed: no fake stack to keep (nullptr), and no return from the switch. */
+  START_SWITCH(nullptr, scheduler_stack_bottom, scheduler_stack_size);
+#ifdef MTF_EMU_FAST_SWITCH
+  mtf_emu_switch(&f->sp, run.scheduler_sp);
+#else
+  swapcontext(&f->context, &run.scheduler);
+#endif
   abort();
 }
 
@@ -159,12 +184,16 @@ void start(fiber *f) {
 }
 
 /* One block with fibers: sweep the threads until each has finished or waits at the barrier; all waiting ->
- * release them; some finished while others wait -> the barrier can never complete. Returns 0 or -1. */
+ * release them; some finished while others wait -> the barrier can never complete. Returns 0 or -1.
+ * Between barriers the sweeps alternate in direction (thread 0 first, then the last first, ...): a kernel that
+ * reads what another thread writes without a barrier between them then reads it too early in one of the two
+ * orders, whichever thread writes. */
 int run_block_fibers(unsigned threads, unsigned first_started) {
   for (unsigned t = first_started; t < threads; t++) start(&run.fibers[t]);
-  for (;;) {
+  for (unsigned phase = 0;; phase++) {
     unsigned done = 0, waiting = 0;
-    for (unsigned t = 0; t < threads; t++) {
+    for (unsigned i = 0; i < threads; i++) {
+      unsigned t = phase % 2 ? threads - 1 - i : i;
       fiber *f = &run.fibers[t];
       if (f->state == READY) {
         run.current = t;
@@ -195,6 +224,16 @@ void mtf_emu_syncthreads(void) {
 
 void *mtf_emu_dynamic_shared(void) { return dynamic_shared; }
 
+namespace {
+/* MTF_CUDA_EMU_STATS=1: at exit, how many launches ran and how many of their blocks met at barriers (to see
+ * that a test ran kernels at all, and which path). */
+unsigned long long launches, blocks_direct, blocks_fibers;
+void print_stats(void) {
+  fprintf(stderr, "cuda emulator: %llu launches, %llu blocks without barriers, %llu blocks of fibers\n", launches,
+          blocks_direct, blocks_fibers);
+}
+}  // namespace
+
 cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void *),
                              void *closure) {
   (void)stream;
@@ -213,6 +252,9 @@ cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
     mtf_emu_set_error(cudaErrorLaunchOutOfResources, detail);
     return cudaErrorLaunchOutOfResources;
   }
+  static int stats = getenv("MTF_CUDA_EMU_STATS") && atexit(print_stats) == 0;
+  (void)stats;
+  launches++;
   memset(dynamic_shared, 0, shared_bytes);
   run.body = body;
   run.closure = closure;
@@ -233,12 +275,14 @@ cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
         int failed = 0;
         if (run.fibers[0].state == DONE && run.barriers == 0) {
           run.on_fiber = 0;
+          blocks_direct++;
           for (unsigned t = 1; t < threads; t++) {
             set_thread(t);
             body(closure);
           }
           failed = run.divergent_barrier;
         } else {
+          blocks_fibers++;
           failed = run_block_fibers((unsigned)threads, 1);
         }
         if (failed) {

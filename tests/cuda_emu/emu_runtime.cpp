@@ -166,6 +166,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
   }
   return cudaSuccess;
 }
+cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: the emulator has one device, 0");
+  snprintf(bus_id, (size_t)(len > 0 ? len : 0), "0000:00:00.0");
+  return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {

@@ -64,6 +64,17 @@ __global__ void early_return_then_barrier(int skip, float *out) {
   out[threadIdx.x] = 1.0f;
 }
 
+/* Reads the previous thread's value with no barrier between its write and the read: a race, which the
+ * emulator must expose (thread t - 1 writes first only in one of the sweep orders). */
+__global__ void racy_previous(const int *in, int *out) {
+  __shared__ int buf[64];
+  unsigned t = threadIdx.x;
+  buf[t] = -1;
+  __syncthreads();
+  buf[t] = in[t];
+  out[t] = t > 0 ? buf[t - 1] : in[t];
+}
+
 __global__ void accumulate(float *total, int *count) {
   atomicAdd(total, 0.5f);
   atomicAdd(count, 1);
@@ -143,6 +154,12 @@ static void test_kernels(void) {
   EXPECT(cudaGetLastError() == cudaSuccess, "a barrier every thread reaches: %s", mtf_emu_last_detail());
   MTF_LAUNCH(early_return_then_barrier, 1, 2048, 0, nullptr, -1, fout);
   EXPECT(cudaGetLastError() == cudaErrorInvalidConfiguration, "2048 threads per block accepted");
+
+  MTF_LAUNCH(racy_previous, 1, 64, 0, nullptr, (const int *)vin, vout);
+  cudaMemcpy(reversed.data(), vout, 64 * sizeof(int), cudaMemcpyDeviceToHost);
+  wrong = 0;
+  for (int i = 1; i < 64; i++) wrong += reversed[i] != values[i - 1];
+  EXPECT(wrong > 0, "a read racing a write (no barrier between) went unnoticed: the sweeps do not alternate");
 
   float *total;
   int *count;
