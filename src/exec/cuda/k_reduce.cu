@@ -105,7 +105,7 @@ static int reduce(mtf_backend *b, int is_max, const mtf_shape *in_shape, const f
   int64_t n_out = mtf_shape_num_elements(out_shape);
   if (n_out == 0) return MTF_OK;
   if (a.reduced_count >= 256 && n_out < 16384)
-    MTF_LAUNCH(k_reduce_block_kernel, (unsigned)(n_out < 65535 ? n_out : 65535), K_THREADS, 0, K_STREAM(b), a, n_out,
+    MTF_LAUNCH(k_reduce_block_kernel, (unsigned)(n_out < MTF_CUDA_MAX_BLOCKS ? n_out : MTF_CUDA_MAX_BLOCKS), K_THREADS, 0, K_STREAM(b), a, n_out,
                is_max, in, out);
   else
     MTF_LAUNCH(k_reduce_thread_kernel, mtf_cuda_blocks(n_out, K_THREADS), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in,
