@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README, CI): installs what is missing, builds with warnings as errors, runs the whole
-# CTest suite, then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more (less the
+# CTest suite (as many tests at once as cores: MPI tests oversubscribe, tests that share a resource lock it), then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more (less the
 # tests labelled `long`, learning runs whose code paths shorter tests already cover under the sanitizers, and
 # `harness`, the tests of the test that plant a wrong kernel), then
 # builds the libFuzzer targets with clang (ASan/UBSan) and runs each for 30 s (tools/fuzz.sh).
@@ -23,7 +23,7 @@ run_suite() {
   echo "== build $dir"
   cmake --build "$dir" -j "$jobs"
   echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure $ctest_args)
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" $ctest_args)
 }
 
 run_suite "$build_dir" ""
