@@ -30,7 +30,8 @@ int mtf_cuda_device_comm(mtf_backend *b, mtf_comm *host, const char *mode, mtf_c
       return mtf_error_set(err, MTF_ERR_INVALID, "backend.comm: nccl, but %s: NCCL needs a GPU of its own for every "
                            "rank; give each rank its own GPU (srun --gpus-per-task=1, backend.device), or set "
                            "backend.comm: mpi (or auto) to stage collectives through host memory", why);
-    if (host->rank == 0)
+    static int noted; /* once per process: a job makes a device communicator per backend instance */
+    if (host->rank == 0 && !noted++)
       fprintf(stderr, "mtf: backend.comm auto: %s; collectives go through MPI with device-host staging (NCCL "
               "needs a GPU per rank)\n", why);
 #else
