@@ -128,7 +128,7 @@ static const key_spec schema[] = {
     {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
     {"backend.peak_gflops", KEY_FLOAT, F(peak_gflops), "0.0", 0, 1e9, NULL,
-     "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up)"},
+     "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up; cuda: unknown)"},
     {"backend.device", KEY_INT, F(device), "-1", -1, 4096, NULL,
      "cuda: the GPU of every rank; -1 = the rank's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) modulo the GPUs"},
     {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},

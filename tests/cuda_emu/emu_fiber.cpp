@@ -255,7 +255,7 @@ cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
   static int stats = getenv("MTF_CUDA_EMU_STATS") && atexit(print_stats) == 0;
   (void)stats;
   launches++;
-  memset(dynamic_shared, 0, shared_bytes);
+  memset(dynamic_shared, 0xff, shared_bytes); /* uninitialised on a GPU: NaN here, not zeros that would pass */
   run.body = body;
   run.closure = closure;
   run.divergent_barrier = 0;

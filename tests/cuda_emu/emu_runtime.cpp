@@ -180,10 +180,15 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-  /* 256-byte aligned as cudaMalloc's, never NULL for 0 bytes (a block of 1) so every block has an address */
-  void *block = aligned_alloc(256, ((bytes ? bytes : 1) + 255) / 256 * 256);
+  /* 256-byte aligned as cudaMalloc's, never NULL for 0 bytes (a block of 1) so every block has an address.
+   * Exactly `bytes` long, so that under AddressSanitizer a kernel reading or writing past a buffer's end is
+   * caught. Filled with 0xff bytes (float NaN, int32 -1): device memory starts as garbage, and a kernel that
+   * reads what nobody wrote must not pass because fresh host pages happen to be zeros. */
+  void *block = nullptr;
+  if (posix_memalign(&block, 256, bytes ? bytes : 1) != 0) block = nullptr;
   *p = block;
   if (!block) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of host memory");
+  memset(block, 0xff, bytes ? bytes : 1);
   allocations()[reinterpret_cast<uintptr_t>(block)] = bytes ? bytes : 1;
   allocated_bytes += bytes;
   return cudaSuccess;

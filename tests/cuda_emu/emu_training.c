@@ -4,8 +4,11 @@
  * or Adafactor) for N steps on the same token batches, on each backend in turn over the same mesh and
  * layout, and the losses must agree within 1e-4 relative at every step.
  *
+ * --precision bf16 (or --tf32 1) runs cuda-emu with bf16 einsum inputs (TF32 GEMMs) against the fp32 cpu run:
+ * then the losses must differ (the reduced precision is in effect) but by less than 2e-2 relative.
+ *
  *   mpiexec -n R test_cuda_emu_training [--steps N] [--mesh SHAPE] [--layout TEXT] [--optimizer NAME]
- *                                       [--config FILE] */
+ *                                       [--config FILE] [--precision fp32|bf16] [--tf32 0|1] */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -43,6 +46,9 @@ static void batch_of(int step, int64_t n, int64_t vocab, int32_t *tokens, int32_
   }
 }
 
+static mtf_precision precision = MTF_PRECISION_FP32;
+static int tf32;
+
 static int train(const mtf_config *cfg, const char *backend, int steps, double *losses, mtf_error *err) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -50,7 +56,11 @@ static int train(const mtf_config *cfg, const char *backend, int steps, double *
   MTF_CHECK(mtf_program_build(cfg, rank, &p, err));
   mtf_comm *comm = NULL;
   mtf_session *s = NULL;
-  mtf_session_options options = {.backend = backend, .poison_freed = 1};
+  int reduced = strcmp(backend, "cpu") != 0;
+  mtf_session_options options = {.backend = backend,
+                                 .poison_freed = 1,
+                                 .precision = reduced ? precision : MTF_PRECISION_FP32,
+                                 .tf32 = reduced && tf32};
   int rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);
   if (rc == MTF_OK) rc = mtf_session_create(p.train_plan, comm, &options, &s, err);
   int64_t n = (int64_t)cfg->train.batch * cfg->model.length;
@@ -87,7 +97,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--mesh") == 0) mesh = argv[i + 1];
     else if (strcmp(argv[i], "--layout") == 0) layout = argv[i + 1];
     else if (strcmp(argv[i], "--optimizer") == 0) optimizer = argv[i + 1];
+    else if (strcmp(argv[i], "--precision") == 0) precision = strcmp(argv[i + 1], "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
+    else if (strcmp(argv[i], "--tf32") == 0) tf32 = atoi(argv[i + 1]);
   }
+  const int exact = precision == MTF_PRECISION_FP32 && !tf32;
   if (steps < 1 || steps > MAX_STEPS) steps = 20;
   mtf_config cfg;
   mtf_error err = {0};
@@ -113,10 +126,11 @@ int main(int argc, char **argv) {
       printf("  step %2d: cpu %.7f cuda-emu %.7f\n", s + 1, want[s], got[s]);
     }
     int learned = want[steps - 1] < want[0]; /* the comparison is of a run that trains */
-    int pass = worst <= 1e-4 && learned;
-    printf("%s cuda-emu %s mesh '%s' layout '%s': %d steps, loss %.4f -> %.4f, largest relative difference to cpu "
-           "%.2e\n",
-           pass ? "ok  " : "FAIL", optimizer, mesh, layout, steps, want[0], want[steps - 1], worst);
+    int pass = learned && (exact ? worst <= 1e-4 : worst > 1e-6 && worst <= 2e-2);
+    printf("%s cuda-emu %s%s%s mesh '%s' layout '%s': %d steps, loss %.4f -> %.4f, largest relative difference to "
+           "cpu %.2e (bound %s)\n",
+           pass ? "ok  " : "FAIL", optimizer, precision == MTF_PRECISION_BF16 ? " bf16" : "", tf32 ? " tf32" : "", mesh,
+           layout, steps, want[0], want[steps - 1], worst, exact ? "1e-4" : "(1e-6, 2e-2]");
     CHECK(pass);
   }
   MPI_Finalize();

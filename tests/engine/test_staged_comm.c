@@ -150,8 +150,8 @@ int main(int argc, char **argv) {
     mtf_staging staging = {.ctx = NULL, .to_host = masked_to_host, .to_device = masked_to_device};
     if (mtf_comm_staged_create(plain, &staging, &staged, &err)) fail_job("staged communicator", &err);
   } else {
-    mtf_backend_options cpu = {.kind = "cpu", .threads = 1};
-    if (mtf_backend_create(&cpu, &backend, &err) || mtf_backend_staged_comm(backend, plain, &staged, &err))
+    mtf_backend_options cpu_options = {.kind = "cpu", .threads = 1};
+    if (mtf_backend_create(&cpu_options, &backend, &err) || mtf_backend_staged_comm(backend, plain, &staged, &err))
       fail_job("staged communicator", &err);
     /* The session's choice on a host-memory backend: the host communicator itself; nccl refused. */
     mtf_comm *chosen = NULL;

@@ -328,7 +328,7 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->mem = &cuda_memory;
   b->destroy = cuda_destroy;
   b->error_text = cuda_error_text;
-  b->device_comm = mtf_cuda_device_comm; /* backend.comm: NCCL, or MPI staged through host memory */
+  b->device_comm = mtf_cuda_device_comm; /* collectives on device memory: NCCL or staged MPI (cuda_comm.cu) */
   b->ctx = c;
   c->device = device;
   c->tf32 = options->tf32;

@@ -54,6 +54,27 @@ static inline k_walk k_walk_make(const mtf_shape *walked, int n, const mtf_shape
   return w;
 }
 
+/* Drops size-1 dims and merges neighbouring dims that are contiguous for the output and each of the n
+ * operands (the CPU's mtf_walk_coalesce), so a plain elementwise op is a walk of rank 1 and each element
+ * costs one division per remaining dim. Only for kernels that do not read an element's index per dim. */
+static inline void k_walk_coalesce(k_walk *w, int n) {
+  int rank = 0;
+  for (int d = 0; d < w->rank; d++) {
+    if (w->dims[d] == 1) continue;
+    int merge = rank > 0;
+    for (int k = 0; k < n && merge; k++) merge = w->strides[k][rank - 1] == w->strides[k][d] * w->dims[d];
+    if (merge) {
+      w->dims[rank - 1] *= w->dims[d];
+      for (int k = 0; k < n; k++) w->strides[k][rank - 1] = w->strides[k][d];
+      continue;
+    }
+    w->dims[rank] = w->dims[d];
+    for (int k = 0; k < n; k++) w->strides[k][rank] = w->strides[k][d];
+    rank++;
+  }
+  w->rank = rank; /* 0 when every dim had size 1: one element at offset 0 */
+}
+
 /* The rows of a fused op over `dim`: every index of the other dims is a row; the dim has local size `len`
  * and stride `inner` within it (the CPU kernels' rowops.h rows). */
 typedef struct k_rows {

@@ -150,6 +150,7 @@ static int k_range(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a)
 static int k_broadcast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   const mtf_shape *ops[1] = {&st->in_shape[0]};
   k_walk w = k_walk_make(&st->out_shape, 1, ops);
+  k_walk_coalesce(&w, 1);
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_broadcast_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (const float *)a->in[0],
              (float *)a->out);
@@ -159,6 +160,7 @@ static int k_broadcast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   const mtf_shape *ops[2] = {&st->in_shape[0], &st->in_shape[1]};
   k_walk w = k_walk_make(&st->out_shape, 2, ops);
+  k_walk_coalesce(&w, 2);
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_binary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (int)st->params.binary.fn,
              (const float *)a->in[0], (const float *)a->in[1], (float *)a->out);
@@ -206,6 +208,7 @@ static int k_random_keep(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
 static int k_masked_fill(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   const mtf_shape *ops[2] = {&st->in_shape[0], &st->in_shape[1]};
   k_walk w = k_walk_make(&st->out_shape, 2, ops);
+  k_walk_coalesce(&w, 2);
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_masked_fill_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (const float *)a->in[0],
              (const float *)a->in[1], st->params.fill.value, (float *)a->out);
@@ -215,6 +218,7 @@ static int k_masked_fill(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
 static int k_where(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   const mtf_shape *ops[3] = {&st->in_shape[0], &st->in_shape[1], &st->in_shape[2]};
   k_walk w = k_walk_make(&st->out_shape, 3, ops);
+  k_walk_coalesce(&w, 3);
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_where_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, a->in[0],
              (int)(st->in_dtype[0] == MTF_I32), (const float *)a->in[1], (const float *)a->in[2], (float *)a->out);

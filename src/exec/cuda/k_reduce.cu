@@ -16,6 +16,24 @@ typedef struct k_reduce_axes {
   int64_t reduced_count;
 } k_reduce_axes;
 
+/* Drops size-1 axes and merges neighbours whose input strides make them one axis (the output's kept axes are
+ * contiguous in the output by construction), so each element costs fewer divisions. */
+static void merge_axes(int *n, int64_t *size, int64_t *stride) {
+  int m = 0;
+  for (int d = 0; d < *n; d++) {
+    if (size[d] == 1) continue;
+    if (m > 0 && stride[m - 1] == stride[d] * size[d]) {
+      size[m - 1] *= size[d];
+      stride[m - 1] = stride[d];
+      continue;
+    }
+    size[m] = size[d];
+    stride[m] = stride[d];
+    m++;
+  }
+  *n = m;
+}
+
 static k_reduce_axes reduce_axes(const mtf_shape *in, const mtf_shape *out) {
   k_reduce_axes a;
   memset(&a, 0, sizeof a);
@@ -38,6 +56,8 @@ static k_reduce_axes reduce_axes(const mtf_shape *in, const mtf_shape *out) {
     a.reduced_count *= in->dims[d].size;
     a.n_reduced++;
   }
+  merge_axes(&a.n_kept, a.kept_size, a.kept_stride);
+  merge_axes(&a.n_reduced, a.reduced_size, a.reduced_stride);
   return a;
 }
 
@@ -105,8 +125,7 @@ static int reduce(mtf_backend *b, int is_max, const mtf_shape *in_shape, const f
   int64_t n_out = mtf_shape_num_elements(out_shape);
   if (n_out == 0) return MTF_OK;
   if (a.reduced_count >= 256 && n_out < 16384)
-    MTF_LAUNCH(k_reduce_block_kernel, (unsigned)(n_out < 65535 ? n_out : 65535), K_THREADS, 0, K_STREAM(b), a, n_out,
-               is_max, in, out);
+    MTF_LAUNCH(k_reduce_block_kernel, k_row_blocks(n_out), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in, out);
   else
     MTF_LAUNCH(k_reduce_thread_kernel, mtf_cuda_blocks(n_out, K_THREADS), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in,
                out);

@@ -9,6 +9,7 @@ void mtf_cuda_register_einsum(mtf_kernel_fn *kernels); /* einsum.cu */
 /* -- the op kernels' files (k_*.cu) -- */
 
 void mtf_cuda_register_kernels(mtf_kernel_fn *kernels) {
+  mtf_cuda_register_einsum(kernels);
   /* -- the op kernels' files (k_*.cu) -- */
   mtf_cuda_register_elementwise(kernels);
   mtf_cuda_register_reduce(kernels);

@@ -15,7 +15,7 @@
  * records for cudaGetLastError. */
 cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void *),
                              void *closure);
-/* The launch's dynamic shared memory (shared_bytes of it, 16-byte aligned, zeroed per launch). */
+/* The launch's dynamic shared memory (shared_bytes of it, 16-byte aligned, 0xff bytes at each launch). */
 void *mtf_emu_dynamic_shared(void);
 
 template <typename... P> struct mtf_emu_closure {
