@@ -344,6 +344,9 @@ void mtf_session_destroy(mtf_session *s);
 int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
                             const mtf_session_options *options, mtf_session **out, mtf_error *err);
 /* Devices the session computes on: 1, or the mesh's size for an spmd session. */
+/* The communicator of the session's collective steps (backend.comm): "mpi" (host memory), "nccl", or
+ * "mpi-staged" (MPI through host copies of device memory). */
+const char *mtf_session_collectives(const mtf_session *s);
 int mtf_session_devices(const mtf_session *s);
 /* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
  * the plan does not read is accepted and ignored. */

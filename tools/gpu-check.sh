@@ -181,7 +181,7 @@ compare() {
     verdict "$phase" FAIL "$name vs $ref: largest relative loss difference ${diff:-?} over $(wc -l < "$work/$name.losses") steps, bound $tol"
     log_tail "$logs/train-$name.log"
   else
-    verdict "$phase" PASS "$name vs $ref: largest relative loss difference $diff over 20 steps (bound $tol; last loss $(tail -1 "$work/$name.losses"))"
+    verdict "$phase" PASS "$name vs $ref: largest relative loss difference $diff over 20 steps (bound $tol; last loss $(tail -1 "$work/$name.losses"); $(grep -m1 -E '^backend: [a-z]' "$logs/train-$name.log"))"
   fi
 }
 train_run cpu 1 --set backend.kind=cpu || { verdict train FAIL "the cpu run failed"; log_tail "$logs/train-cpu.log"; }

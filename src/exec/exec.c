@@ -650,6 +650,11 @@ int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int c
   return MTF_OK;
 }
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
+
+const char *mtf_session_collectives(const mtf_session *s) {
+  const mtf_comm *c = s->step_comm ? s->step_comm : s->comm;
+  return c->ops->name;
+}
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->spmd ? "pjrt" : s->backend->name; }

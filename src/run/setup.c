@@ -40,7 +40,11 @@ void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
     fprintf(out, "backend: pjrt, %d process x %d devices, one compiled program per step\n", mtf_world_size(),
             mtf_session_devices(session));
   else if (strcmp(mtf_session_backend(session), "cuda") == 0)
-    fprintf(out, "backend: cuda, %d ranks x 1 GPU (the cuda: line above names rank 0's)\n", mtf_world_size());
+    fprintf(out, "backend: cuda, %d ranks x 1 GPU (the cuda: line above names rank 0's), collectives %s\n",
+            mtf_world_size(), mtf_session_collectives(session));
+  else if (strcmp(mtf_session_collectives(session), "mpi") != 0) /* device memory: say which path */
+    fprintf(out, "backend: %s, %d ranks x %d threads, collectives %s\n", mtf_session_backend(session),
+            mtf_world_size(), mtf_session_threads(session), mtf_session_collectives(session));
   else
     fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
             mtf_session_threads(session));
