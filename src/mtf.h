@@ -279,12 +279,32 @@ int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t);
 int mtf_backend_check(const char *kind, mtf_error *err);
 /* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
+/* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32 accumulation
+ * and output (master weights, reductions and the loss stay fp32). Only the cuda backend has bf16. */
+typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mtf_precision;
+#define MTF_DEVICE_FROM_LOCAL_RANK (-1)
+
+/* A backend's settings (the config's backend section). Zero-initialised = cpu's defaults, except that
+ * `device` 0 means GPU 0: use MTF_DEVICE_FROM_LOCAL_RANK for the per-rank choice. */
+typedef struct mtf_backend_options {
+  const char *kind;    /* NULL or "" = "cpu" */
+  int threads;         /* cpu: compute threads (0 = default) */
+  const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
+  int local_devices;   /* pjrt: devices to ask the plugin for (0: all) */
+  int device;          /* cuda: the GPU's ordinal, or MTF_DEVICE_FROM_LOCAL_RANK (OMPI_COMM_WORLD_LOCAL_RANK,
+                        * SLURM_LOCALID, else 0, modulo the visible GPUs) */
+  int tf32;            /* cuda: fp32 GEMMs may use TF32 tensor cores */
+  mtf_precision precision;
+} mtf_backend_options;
+
 /* What a backend runs on, as lines for `mtf --version` and the start of a run (empty for cpu). For pjrt it
  * opens the plugin (`plugin`, NULL = $MTF_PJRT_PLUGIN or the installed one; `local_devices`, 0 = all) and
  * describes platform, version and devices; with mesh_devices > 0 it also checks that the mesh has
- * processes x devices devices. Errors name the plugin, the package and the settings. */
-int mtf_backend_describe(const char *kind, const char *plugin, int local_devices, long mesh_devices, int processes,
-                         char *out, size_t cap, mtf_error *err);
+ * processes x devices devices. For cuda it names the GPU, driver, CUDA runtime, cuBLAS and NCCL, and is an
+ * error when there is no usable GPU (saying what was looked for). Errors name the plugin, the package and
+ * the settings; a precision the backend lacks is an error too. */
+int mtf_backend_describe(const mtf_backend_options *options, long mesh_devices, int processes, char *out, size_t cap,
+                         mtf_error *err);
 /* Threads a CPU backend uses on one rank for `requested` (0: cores of this node / ranks on it). */
 int mtf_backend_resolve_threads(int requested, int ranks_per_node);
 
@@ -301,6 +321,14 @@ typedef struct mtf_session_options {
   int threads;         /* compute threads of this rank's backend; 0 = the backend's default */
   const char *plugin;  /* pjrt: the plugin .so (NULL: $MTF_PJRT_PLUGIN or the installed one) */
   int local_devices;   /* pjrt: devices to ask the plugin for (0: the plugin's default, all on TPU/GPU) */
+  /* cuda: device_set = use GPU `device` (backend.device), else the one of the rank's local rank */
+  int device_set, device;
+  int tf32;                /* cuda: backend.tf32 */
+  mtf_precision precision; /* backend.precision (bf16: cuda only) */
+  /* backend.comm, collectives on device memory: "auto" (NULL, ""; NCCL when every rank has a GPU of its
+   * own, else MPI through host staging), "nccl" or "mpi" (staged). A host-memory backend (cpu) uses the
+   * session's communicator as it is, and refuses "nccl". */
+  const char *comm;
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;
@@ -316,6 +344,9 @@ void mtf_session_destroy(mtf_session *s);
 int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
                             const mtf_session_options *options, mtf_session **out, mtf_error *err);
 /* Devices the session computes on: 1, or the mesh's size for an spmd session. */
+/* The communicator of the session's collective steps (backend.comm): "mpi" (host memory), "nccl", or
+ * "mpi-staged" (MPI through host copies of device memory). */
+const char *mtf_session_collectives(const mtf_session *s);
 int mtf_session_devices(const mtf_session *s);
 /* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
  * the plan does not read is accepted and ignored. */

@@ -42,6 +42,13 @@ int main(int argc, char **argv) {
   CHECK_CONTAINS(err.msg, "mesh.layout", "item 'batch' has no ':'");
   CHECK(load(cfg, "train: {learning_rate: 0.001, min_learning_rate: 0.01}\n", &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "train.min_learning_rate (0.01) is above train.learning_rate (0.001)");
+  /* backend.comm: a choice; nccl only with the cuda backend (the cpu backend's collectives are MPI's). */
+  CHECK(load(cfg, "backend: {comm: mpi}\n", &err) == MTF_OK && strcmp(cfg->comm, "mpi") == 0);
+  CHECK(load(cfg, "backend: {}\n", &err) == MTF_OK && strcmp(cfg->comm, "auto") == 0);
+  CHECK(load(cfg, "backend: {comm: gloo}\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "backend.comm: 'gloo' is not one of auto|nccl|mpi");
+  CHECK(load(cfg, "backend: {comm: nccl}\n", &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "backend.comm is nccl but backend.kind is 'cpu'", "backend.kind: cuda");
   CHECK(load(cfg, "", &err) == MTF_ERR_PARSE);
   CHECK_CONTAINS(err.msg, "the file is empty");
 

@@ -101,7 +101,8 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     first = 0;
   }
   if (json) {
-    printf("\n], \"microbatches\": %d, \"recompute\": \"%s\",\n", N, cfg->train.recompute);
+    printf("\n], \"parameter_count\": %lld, \"microbatches\": %d, \"recompute\": \"%s\",\n",
+           (long long)p->train_model.param_count, N, cfg->train.recompute);
     printf(" \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"gradient_accumulators\": %lld, "
            "\"activations_peak\": %lld, \"train_arena\": %lld, \"apply_arena\": %lld, \"eval_arena\": %lld, "
            "\"inputs\": %lld, \"host_buffers\": %lld, \"runtime\": %lld, \"allreduce_scratch\": %lld, "
@@ -124,7 +125,9 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     return;
   }
   const double MiB = 1048576.0;
-  printf("\nstep: batch %lld", (long long)cfg->train.batch);
+  /* The model's trainable values (not optimizer slots), whole, on every mesh: what "a 1B model" counts. */
+  printf("\nmodel: %lld parameters (%.3f B)\n", (long long)p->train_model.param_count, p->train_model.param_count / 1e9);
+  printf("step: batch %lld", (long long)cfg->train.batch);
   if (N > 1) printf(" in %d microbatches of %lld (gradients accumulated)", N, (long long)(cfg->train.batch / N));
   printf(", recompute %s\n", cfg->train.recompute);
   printf("per rank: parameters %.2f MiB, optimizer state %.2f MiB, ", mem.parameters / MiB, mem.optimizer_state / MiB);

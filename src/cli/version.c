@@ -8,6 +8,7 @@
 #include "comm/world.h"
 #include "config/config.h"
 #include "mtf.h"
+#include "run/setup.h"
 
 #ifdef MTF_HAVE_CUDA
 /* Defined by the CUDA probe (src/exec/cuda), which is linked into mtf only in a CUDA build: runtime, cuBLAS
@@ -67,7 +68,8 @@ int mtf_cmd_version(int argc, char **argv) {
   fprintf(stdout, "  backends: %s\n", mtf_backend_kinds());
   fflush(stdout);
   char desc[4096];
-  if (mtf_backend_describe(cfg.backend, cfg.plugin, (int)cfg.local_devices, 0, 1, desc, sizeof desc, &err) != MTF_OK) {
+  mtf_backend_options options = mtf_run_backend_options(&cfg);
+  if (mtf_backend_describe(&options, 0, 1, desc, sizeof desc, &err) != MTF_OK) {
     fprintf(stderr, "mtf --version: backend %s: %s\n", cfg.backend, err.msg);
     return MTF_EXIT_FAILURE;
   }

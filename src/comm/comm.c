@@ -51,6 +51,15 @@ static int check_tensor_axis(int rank, int axis, const char *what, mtf_error *er
   return MTF_OK;
 }
 
+/* The tensor forms repack blocks in host memory, which a device communicator's buffers are not; the
+ * executor packs with its backend and calls the block forms. */
+static int check_host_memory(const mtf_comm *comm, const char *what, mtf_error *err) {
+  if (comm->device_memory)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: communicator '%s' works on device memory, where this form would "
+                         "repack on the host; pack with the backend and call the block form", what, comm->ops->name);
+  return MTF_OK;
+}
+
 static void count_call(mtf_comm *comm, mtf_collective_kind kind, double bytes_sent) {
   comm->stats.calls[kind]++;
   comm->stats.bytes_sent[kind] += (int64_t)bytes_sent;
@@ -92,6 +101,7 @@ int mtf_comm_allgather(mtf_comm *comm, mtf_axis_set axes, const void *in, void *
                        const int64_t *dims, int axis, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));
   MTF_CHECK(check_tensor_axis(rank, axis, "allgather", err));
+  if (axis != 0) MTF_CHECK(check_host_memory(comm, "allgather", err));
   int g = mtf_comm_group_size(comm, axes);
   size_t elem = mtf_dtype_size(dtype), block_bytes = (size_t)mtf_dims_count(rank, dims) * elem;
   count_call(comm, MTF_COLL_ALLGATHER, mtf_collective_bytes_sent(MTF_COLL_ALLGATHER, g, (double)block_bytes));
@@ -116,6 +126,7 @@ int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, v
                             mtf_reduce_op op, int rank, const int64_t *dims, int axis, mtf_error *err) {
   MTF_CHECK(check_axes(comm, axes, err));
   MTF_CHECK(check_tensor_axis(rank, axis, "reduce_scatter", err));
+  if (axis != 0) MTF_CHECK(check_host_memory(comm, "reduce_scatter", err));
   int g = mtf_comm_group_size(comm, axes);
   if (dims[axis] % g != 0)
     return mtf_error_set(err, MTF_ERR_INVALID,
@@ -155,6 +166,7 @@ int mtf_comm_alltoall(mtf_comm *comm, mtf_axis_set axes, const void *in, void *o
   MTF_CHECK(check_axes(comm, axes, err));
   MTF_CHECK(check_tensor_axis(rank, split_axis, "alltoall split", err));
   MTF_CHECK(check_tensor_axis(rank, concat_axis, "alltoall concat", err));
+  MTF_CHECK(check_host_memory(comm, "alltoall", err));
   int g = mtf_comm_group_size(comm, axes);
   if (dims[split_axis] % g != 0)
     return mtf_error_set(err, MTF_ERR_INVALID,
@@ -201,6 +213,8 @@ int mtf_comm_permute(mtf_comm *comm, int mesh_axis, const void *in, void *out, s
                              k, j);
     if (src == me) dest = j;
   }
+  for (int j = 0; j < n; j++) /* the whole map again, so every rank refuses alike */
+    if (source_of[j] < 0) MTF_CHECK(check_host_memory(comm, "permute with zero fill", err));
   size_t bytes = count * mtf_dtype_size(dtype);
   count_call(comm, MTF_COLL_PERMUTE, dest >= 0 && dest != me ? (double)bytes : 0.0);
   int src = source_of[me];

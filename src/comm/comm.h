@@ -7,7 +7,8 @@
  *
  * Tensors are contiguous row-major buffers described by (rank, dims). The tensor-aware collectives
  * (allgather, reduce_scatter, alltoall) are written once here on top of block primitives that each
- * communicator backend supplies through mtf_comm_ops (MPI now; NCCL later). */
+ * communicator backend supplies through mtf_comm_ops: MPI on host memory (mpi_comm.h), and for device
+ * memory NCCL (nccl_comm.h) or MPI through host staging (staged_comm.h). */
 #ifndef MTF_COMM_COMM_H
 #define MTF_COMM_COMM_H
 
@@ -87,6 +88,9 @@ struct mtf_comm {
   int size;
   int coord[MTF_MAX_MESH_AXES];
   mtf_comm_stats stats;
+  /* Buffers are device memory (NCCL, staged MPI): only the block forms, allreduce, broadcast and permutes
+   * without zero fill may be called; the tensor forms that repack on the host are refused. */
+  int device_memory;
   void *impl;
 };
 

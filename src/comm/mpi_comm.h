@@ -4,6 +4,12 @@
 #ifndef MTF_COMM_MPI_COMM_H
 #define MTF_COMM_MPI_COMM_H
 
+/* Under C++ (the CUDA sources, which include mtf's headers inside extern "C") mpi.h would pull in MPI's
+ * deprecated C++ bindings, templates that may not have C linkage: mtf uses the C API only. */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "comm/comm.h"

@@ -30,7 +30,7 @@ int mtf_world_any(int flag);
 
 /* Prints "mtf: rank k: <what>: <message>" to stderr and ends the whole job at once with exit code `code`
  * (for failures that would otherwise leave other ranks waiting in a collective). */
-_Noreturn void mtf_world_abort(int code, const char *what, const mtf_error *err);
+MTF_NORETURN void mtf_world_abort(int code, const char *what, const mtf_error *err);
 
 /* A communicator over all ranks for `mesh` (whose size must equal the job's). Collective. */
 int mtf_comm_world_create(const mtf_shape *mesh, mtf_comm **out, mtf_error *err);

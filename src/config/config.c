@@ -128,7 +128,14 @@ static const key_spec schema[] = {
     {"backend.threads", KEY_INT, F(threads), "0", 0, 1024, NULL,
      "compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it"},
     {"backend.peak_gflops", KEY_FLOAT, F(peak_gflops), "0.0", 0, 1e9, NULL,
-     "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up)"},
+     "per-rank peak GFLOP/s for MFU; 0 = measure (cblas_sgemm 2048^3 on every rank at start-up; cuda: unknown)"},
+    {"backend.device", KEY_INT, F(device), "-1", -1, 4096, NULL,
+     "cuda: the GPU of every rank; -1 = the rank's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) modulo the GPUs"},
+    {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},
+    {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
+     "bf16: einsum inputs in bf16 with fp32 accumulation, fp32 master weights, reductions and loss (cuda only)"},
+    {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
+     "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
 static const char *sections[] = {"model", "mesh", "train", "data", "run", "backend"};
@@ -603,6 +610,19 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);
+  /* The CUDA keys likewise; bf16 is refused where it is not implemented rather than silently fp32. */
+  if (strcmp(cfg->backend, "cuda") != 0 && (cfg->device != -1 || cfg->tf32))
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
+                         "cuda (set that, or remove the key)", src, cfg->tf32 ? "backend.tf32" : "backend.device",
+                         cfg->backend);
+  if (strcmp(cfg->backend, "cuda") != 0 && strcmp(cfg->precision, "bf16") == 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.precision: bf16 is not implemented by the %s backend, which "
+                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", src,
+                         cfg->backend);
+  /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
+  if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "
+                         "backend.kind: cuda (one GPU per rank); with %s use auto or mpi", src, cfg->backend, cfg->backend);
   /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */
   if (strcmp(cfg->backend, "pjrt") != 0 && (cfg->plugin[0] || cfg->local_devices != 0))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "

@@ -73,6 +73,10 @@ typedef struct mtf_config {
   int64_t local_devices;         /* backend.local_devices: PJRT devices per process; 0 = all addressable */
   int64_t threads;               /* compute threads per rank (BLAS and elementwise); 0 = cores of the node / ranks on it */
   double peak_gflops;            /* backend.peak_gflops: per-rank peak for MFU; 0 = measured at start-up */
+  int64_t device;                /* backend.device: cuda GPU ordinal; -1 = from the rank's local rank */
+  int tf32;                      /* backend.tf32: cuda fp32 GEMMs may use TF32 tensor cores */
+  char precision[MTF_CONFIG_TEXT]; /* backend.precision: fp32 | bf16 (cuda only) */
+  char comm[MTF_CONFIG_TEXT];    /* backend.comm: auto|nccl|mpi, the collectives on device memory */
 } mtf_config;
 
 /* Defaults for every key. */

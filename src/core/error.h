@@ -6,6 +6,13 @@
 
 #include <stddef.h>
 
+/* C11's _Noreturn, spelled so that C++ (the CUDA sources, nvcc and the emulator's g++) can include this. */
+#ifdef __cplusplus
+#define MTF_NORETURN [[noreturn]]
+#else
+#define MTF_NORETURN _Noreturn
+#endif
+
 enum {
   MTF_OK = 0,
   MTF_ERR_PARSE = 1,   /* text that does not follow its syntax */
@@ -48,7 +55,7 @@ const char *mtf_error_kind(int code);
     if (!(cond)) mtf_internal_failure(__FILE__, __LINE__, #cond);                                    \
   } while (0)
 
-_Noreturn void mtf_internal_failure(const char *file, int line, const char *what);
+MTF_NORETURN void mtf_internal_failure(const char *file, int line, const char *what);
 
 /* Non-fatal findings (a layout rule for a mesh axis that does not exist, ...). The caller decides
  * where they go; tests read the text. Messages past MTF_WARNINGS_MAX are counted but dropped. */

@@ -12,6 +12,7 @@
 #include "lower/plan.h"
 
 typedef struct mtf_backend mtf_backend;
+struct mtf_comm;
 
 /* What a kernel step runs on: backend memory for out, inputs and the step's planned scratch. */
 typedef struct mtf_kernel_args {
@@ -68,13 +69,24 @@ struct mtf_backend {
   const mtf_backend_memory *mem;
   mtf_kernel_fn kernels[MTF_OP_COUNT]; /* a copy per instance (a test may wrap one) */
   void (*destroy)(mtf_backend *b);
+  /* Optional, for memory the host cannot address: makes the communicator of collectives on this memory from
+   * the job's host communicator, for backend.comm `mode` ("auto", "nccl" or "mpi"); collective over host.
+   * The caller destroys it (exec/device_comm.h). NULL: host memory, where the host communicator serves. */
+  int (*device_comm)(mtf_backend *b, struct mtf_comm *host, const char *mode, struct mtf_comm **out, mtf_error *err);
+  /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
+   * the executor adds to its own. */
+  const char *(*error_text)(mtf_backend *b);
   void *ctx;
 };
 
-/* A backend of `kind` ("cpu"; NULL or "" = "cpu") with `threads` compute threads (0 = its default).
- * Unknown or unavailable kinds are errors that list the built-in kinds. */
-int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err);
+/* A backend of options->kind ("cpu"; NULL or "" = "cpu") with its settings. Unknown or unavailable kinds are
+ * errors that list the built-in kinds; so is a precision the backend does not have. */
+int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
 void mtf_backend_destroy(mtf_backend *b);
+/* For test programs: one more kind that mtf_backend_create (and so backend.kind) accepts, e.g. "cuda-emu",
+ * the CUDA backend compiled against the host emulator (tests/cuda_emu). Call before any session. */
+int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
+                                                         mtf_error *err));
 
 /* The backend instance a session computes on (for tests that wrap a kernel). */
 mtf_backend *mtf_session_backend_instance(mtf_session *s);
@@ -85,5 +97,9 @@ void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
 
 /* The CPU backend's constructor (exec/cpu/). */
 int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err);
+/* The CUDA backend's (exec/cuda/backend.cu; built when nvcc is found: MTF_HAVE_CUDA), and what it would run
+ * on (mtf_backend_describe's text; an error naming what was looked for when there is no usable GPU). */
+int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
+int mtf_cuda_probe(const mtf_backend_options *options, char *out, size_t cap, mtf_error *err);
 
 #endif

@@ -11,6 +11,7 @@
 #include "comm/world.h"
 #include "core/clock.h"
 #include "exec/backend.h"
+#include "exec/device_comm.h"
 #include "exec/profile.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/session.h"
@@ -18,7 +19,11 @@
 
 struct mtf_session {
   mtf_plan *plan;
-  mtf_comm *comm;
+  mtf_comm *comm; /* the job's, on host memory: fetches and what the caller does with it */
+  /* The collective steps' on backend memory: comm itself on a host-memory backend, else the backend's device
+   * communicator (NCCL, or comm through host staging), made by the session that owns the backend. */
+  mtf_comm *step_comm;
+  int owns_step_comm;
   mtf_backend *backend;
   int owns_backend;
   struct mtf_session *owner; /* the session whose variables (and backend) this one shares, or NULL */
@@ -189,12 +194,25 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     s->owner = (mtf_session *)other;
     s->owner->borrowers++;
   } else {
-    rc = mtf_backend_create(opts.backend, opts.threads, &s->backend, err);
+    mtf_backend_options backend_options = {.kind = opts.backend, .threads = opts.threads, .plugin = opts.plugin,
+                                           .local_devices = opts.local_devices,
+                                           .device = opts.device_set ? opts.device : MTF_DEVICE_FROM_LOCAL_RANK,
+                                           .tf32 = opts.tf32, .precision = opts.precision};
+    rc = mtf_backend_create(&backend_options, &s->backend, err);
     if (rc) {
       free(s);
       return rc;
     }
     s->owns_backend = 1;
+  }
+  if (other) {
+    s->step_comm = other->step_comm;
+  } else {
+    rc = mtf_backend_step_comm(s->backend, comm, opts.comm, &s->step_comm, &s->owns_step_comm, err);
+    if (rc) {
+      mtf_session_destroy(s);
+      return rc;
+    }
   }
   rc = allocate_storage(s, err);
   if (rc) {
@@ -232,6 +250,8 @@ void mtf_session_destroy(mtf_session *s) {
     if (s->inputs)
       for (int i = 0; i < s->plan->n_inputs; i++) be->mem->release(be, s->inputs[i]);
     if (s->arena) be->mem->release(be, s->arena);
+    /* Before the backend: a device communicator works on the backend's streams. */
+    if (s->owns_step_comm) mtf_comm_destroy(s->step_comm);
     if (s->owns_backend) mtf_backend_destroy(be);
   }
   free(s->variables);
@@ -333,11 +353,11 @@ static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   size_t block_bytes = (size_t)mtf_shape_num_elements(&st->in_shape[0]) * ELEM;
   const void *in = buffer_data(s, st->in[0]);
   void *out = buffer_data(s, st->out);
-  if (outer == 1) return mtf_comm_allgather_blocks(s->comm, st->axes, in, out, block_bytes, err);
+  if (outer == 1) return mtf_comm_allgather_blocks(s->step_comm, st->axes, in, out, block_bytes, err);
   /* Blocks arrive one after another; the backend reorders them into the concatenation. */
   void *blocks = buffer_data(s, st->scratch);
-  MTF_CHECK(mtf_comm_allgather_blocks(s->comm, st->axes, in, blocks, block_bytes, err));
-  int parts = mtf_comm_group_size(s->comm, st->axes);
+  MTF_CHECK(mtf_comm_allgather_blocks(s->step_comm, st->axes, in, blocks, block_bytes, err));
+  int parts = mtf_comm_group_size(s->step_comm, st->axes);
   return be->mem->concat_blocks(be, blocks, out, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts);
 }
 
@@ -357,14 +377,14 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK];
   dims_of(&st->in_shape[0], dims);
-  int parts = mtf_comm_group_size(s->comm, st->axes);
+  int parts = mtf_comm_group_size(s->step_comm, st->axes);
   const void *blocks = buffer_data(s, st->in[0]);
   if (rows_before(dims, st->tensor_axis) > 1) {
     void *packed = buffer_data(s, st->scratch);
     MTF_CHECK(be->mem->split_blocks(be, blocks, packed, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts));
     blocks = packed;
   }
-  return mtf_comm_reduce_scatter_blocks(s->comm, st->axes, blocks, buffer_data(s, st->out),
+  return mtf_comm_reduce_scatter_blocks(s->step_comm, st->axes, blocks, buffer_data(s, st->out),
                                         (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32, st->reduce_op, err);
 }
 
@@ -373,7 +393,7 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
  * scratch holds the send blocks, then the received ones). */
 static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
-  int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->comm, st->axes);
+  int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->step_comm, st->axes);
   int64_t dims[MTF_MAX_RANK], block_dims[MTF_MAX_RANK], elements = mtf_shape_num_elements(&st->in_shape[0]);
   dims_of(&st->in_shape[0], dims);
   memcpy(block_dims, dims, sizeof dims);
@@ -388,7 +408,7 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   }
   int unpack = rows_before(block_dims, st->concat_axis) > 1;
   if (unpack) recv = scratch;
-  MTF_CHECK(mtf_comm_alltoall_blocks(s->comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
+  MTF_CHECK(mtf_comm_alltoall_blocks(s->step_comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
   return unpack ? be->mem->concat_blocks(be, recv, out, ELEM, rank, block_dims, st->concat_axis, parts) : MTF_OK;
 }
 
@@ -398,7 +418,7 @@ static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
   double start = mtf_now_seconds();
   MTF_CHECK(s->backend->mem->synchronize(s->backend));
   void *range = buffer_data(s, st->out);
-  int rc = mtf_comm_iallreduce(s->comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
+  int rc = mtf_comm_iallreduce(s->step_comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
                                MTF_F32, st->reduce_op, &s->requests[st->bucket], err);
   if (rc == MTF_OK && s->requests[st->bucket].active) s->in_flight[s->n_in_flight++] = st->bucket;
   s->progress_seconds += mtf_now_seconds() - start;
@@ -416,7 +436,7 @@ static void forget_in_flight(mtf_session *s, int bucket) {
 
 static int wait_bucket(mtf_session *s, int bucket, mtf_error *err) {
   double start = mtf_now_seconds();
-  int rc = mtf_comm_wait(s->comm, &s->requests[bucket], err);
+  int rc = mtf_comm_wait(s->step_comm, &s->requests[bucket], err);
   forget_in_flight(s, bucket);
   s->comm_seconds += mtf_now_seconds() - start;
   return rc;
@@ -429,7 +449,7 @@ static int progress_buckets(mtf_session *s, mtf_error *err) {
   int rc = MTF_OK;
   for (int i = 0; i < s->n_in_flight && rc == MTF_OK;) {
     int done = 0;
-    rc = mtf_comm_test(s->comm, &s->requests[s->in_flight[i]], &done, err);
+    rc = mtf_comm_test(s->step_comm, &s->requests[s->in_flight[i]], &done, err);
     if (done) forget_in_flight(s, s->in_flight[i]);
     else i++;
   }
@@ -448,14 +468,17 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;
-      if (rc != MTF_OK)
-        return mtf_error_set(err, rc, "backend '%s' %s", be->name, kernel ? "kernel failed" : "has no kernel for this op");
+      if (rc != MTF_OK) {
+        const char *why = kernel && be->error_text ? be->error_text(be) : NULL;
+        return mtf_error_set(err, rc, "backend '%s' %s%s%s", be->name, kernel ? "kernel failed" : "has no kernel for this op",
+                             why && why[0] ? ": " : "", why ? why : "");
+      }
       return MTF_OK;
     }
     case MTF_STEP_ALLREDUCE: {
       double start = mtf_now_seconds();
       MTF_CHECK(be->mem->synchronize(be));
-      int rc = mtf_comm_allreduce(s->comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
+      int rc = mtf_comm_allreduce(s->step_comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
                                   st->reduce_op, err);
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;
@@ -497,6 +520,11 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
     if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
     if (rc == MTF_OK && s->n_in_flight > 0 && st->kind == MTF_STEP_KERNEL) rc = progress_buckets(s, err);
     if (rc) {
+      /* A memory call of the backend (copy, slice, synchronize, ...) returns its code alone. */
+      if (err->code != rc) {
+        const char *why = s->backend->error_text ? s->backend->error_text(s->backend) : NULL;
+        mtf_error_set(err, rc, "backend '%s': %s", s->backend->name, why && why[0] ? why : "a memory operation failed");
+      }
       mtf_error_prefix(err, "step %d (%s)", i, p->graph->nodes[st->node].name);
       /* The other ranks may already wait in this plan's next collective: end the job with the reason. */
       if (s->comm->size > 1) mtf_world_abort(1, "mtf_session_run", err);
@@ -622,6 +650,11 @@ int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int c
   return MTF_OK;
 }
 double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
+
+const char *mtf_session_collectives(const mtf_session *s) {
+  const mtf_comm *c = s->step_comm ? s->step_comm : s->comm;
+  return c->ops->name;
+}
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->spmd ? "pjrt" : s->backend->name; }
@@ -649,6 +682,9 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
       return mtf_error_set(err, MTF_ERR_INVALID, "session: the device plans are of another graph than the host plan");
   mtf_session_options opts = {0};
   if (options) opts = *options;
+  if (opts.precision != MTF_PRECISION_FP32)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the pjrt backend, which "
+                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda");
   const mtf_session *other = opts.share_variables_with;
   if (other && (!other->spmd || other->plan->graph != host_plan->graph))
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");

@@ -10,13 +10,27 @@
 
 typedef struct backend_entry {
   const char *kind;
-  int (*create)(int threads, mtf_backend **out, mtf_error *err);
+  int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
+  int has_bf16; /* backend.precision: bf16 implemented */
 } backend_entry;
 
-static const backend_entry builtin[] = {
-    {"cpu", mtf_cpu_backend_create},
+static int create_cpu(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
+  return mtf_cpu_backend_create(options->threads, out, err);
+}
+
 #ifdef MTF_HAVE_PJRT
-    {"pjrt", mtf_pjrt_backend_create},
+static int create_pjrt(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
+  return mtf_pjrt_backend_create(options->threads, out, err);
+}
+#endif
+
+static const backend_entry builtin[] = {
+    {"cpu", create_cpu, 0},
+#ifdef MTF_HAVE_PJRT
+    {"pjrt", create_pjrt, 0},
+#endif
+#ifdef MTF_HAVE_CUDA
+    {"cuda", mtf_cuda_backend_create, 1},
 #endif
 };
 
@@ -32,31 +46,65 @@ const char *mtf_backend_kinds(void) {
   return list;
 }
 
+/* Kinds a test program adds (mtf_backend_register): the emulated CUDA backend, e.g. Not listed among the
+ * built-in kinds, since no build of mtf itself has them. */
+#define MAX_REGISTERED 4
+static backend_entry registered[MAX_REGISTERED];
+static int n_registered;
+
+/* Such a kind is the CUDA backend's code (cuda-emu): it has bf16. */
+int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
+                                                         mtf_error *err)) {
+  if (n_registered == MAX_REGISTERED) return MTF_ERR_INVALID;
+  registered[n_registered++] = (backend_entry){kind, create, 1};
+  return MTF_OK;
+}
+
 static const backend_entry *find(const char *kind, mtf_error *err) {
   if (!kind || !kind[0]) kind = "cpu";
   for (size_t i = 0; i < N_BUILTIN; i++)
     if (strcmp(kind, builtin[i].kind) == 0) return &builtin[i];
-  mtf_error_set(err, MTF_ERR_INVALID, "unknown backend '%s' (built in: %s)", kind, mtf_backend_kinds());
+  for (int i = 0; i < n_registered; i++)
+    if (strcmp(kind, registered[i].kind) == 0) return &registered[i];
+  mtf_error_set(err, MTF_ERR_INVALID, "unknown backend '%s' (built in: %s)%s", kind, mtf_backend_kinds(),
+                strcmp(kind, "cuda") == 0 ? ": this build has no CUDA (configure where nvcc is on PATH, or set "
+                                            "CUDACXX, with MTF_ENABLE_CUDA=ON)" : "");
   return NULL;
 }
 
 int mtf_backend_check(const char *kind, mtf_error *err) { return find(kind, err) ? MTF_OK : MTF_ERR_INVALID; }
 
-int mtf_backend_describe(const char *kind, const char *plugin, int local_devices, long mesh_devices, int processes,
-                         char *out, size_t cap, mtf_error *err) {
+/* bf16 exists on the backends that implement it; the others refuse it rather than compute in fp32 and let
+ * the run believe otherwise. */
+static int check_precision(const backend_entry *entry, const mtf_backend_options *o, mtf_error *err) {
+  if (o->precision == MTF_PRECISION_FP32 || entry->has_bf16) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the %s backend, which "
+                       "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", entry->kind);
+}
+
+int mtf_backend_describe(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
+                         mtf_error *err) {
   if (cap) out[0] = 0;
-  MTF_CHECK(mtf_backend_check(kind, err));
+  const backend_entry *entry = find(o->kind, err);
+  if (!entry) return MTF_ERR_INVALID;
+  MTF_CHECK(check_precision(entry, o, err));
 #ifdef MTF_HAVE_PJRT
-  if (strcmp(kind, "pjrt") == 0) return mtf_pjrt_probe(plugin, local_devices, mesh_devices, processes, out, cap, err);
+  if (strcmp(entry->kind, "pjrt") == 0)
+    return mtf_pjrt_probe(o->plugin, o->local_devices, mesh_devices, processes, out, cap, err);
 #endif
+#ifdef MTF_HAVE_CUDA
+  if (strcmp(entry->kind, "cuda") == 0) return mtf_cuda_probe(o, out, cap, err);
+#endif
+  (void)mesh_devices, (void)processes;
   return MTF_OK;
 }
 
-int mtf_backend_create(const char *kind, int threads, mtf_backend **out, mtf_error *err) {
+int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
   *out = NULL;
-  const backend_entry *entry = find(kind, err);
+  const backend_entry *entry = find(options->kind, err);
   if (!entry) return MTF_ERR_INVALID;
-  return entry->create(threads, out, err);
+  MTF_CHECK(check_precision(entry, options, err));
+  return entry->create(options, out, err);
 }
 
 void mtf_backend_destroy(mtf_backend *b) {

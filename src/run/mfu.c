@@ -64,10 +64,12 @@ double mtf_mfu_measure_peak(int n, int max_timed, int bounded, int sync, int *ti
   return best > 0 ? 2.0 * n * (double)n * n / best : 0;
 }
 
-mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops) {
+mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops, int host_compute) {
   mtf_mfu_peak p = {.ranks = mtf_world_size(), .n = MTF_MFU_SGEMM_N};
   if (peak_gflops > 0) {
     p.per_rank = peak_gflops * 1e9;
+  } else if (!host_compute) {
+    p.unknown = 1;
   } else {
     p.measured = 1;
     p.per_rank = mtf_mfu_measure_peak(MTF_MFU_SGEMM_N, 2, 1, 1, &p.timed_calls, &p.n);
@@ -78,7 +80,10 @@ mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops) {
 }
 
 void mtf_mfu_describe(const mtf_mfu_peak *p, char *buf, size_t size) {
-  if (!p->measured)
+  if (p->unknown)
+    snprintf(buf, size, "unknown (MFU shows 0): the backend computes on a device, whose peak a host sgemm does not "
+             "measure; set backend.peak_gflops to the device's peak GFLOP/s (for its precision)");
+  else if (!p->measured)
     snprintf(buf, size, "%dx%.1f GFLOP/s from backend.peak_gflops", p->ranks, p->per_rank / 1e9);
   else if (p->timed_calls > 0)
     snprintf(buf, size, "%dx%.1f GFLOP/s measured by cblas_sgemm %d^3 (all ranks at once; the best of %d timed "

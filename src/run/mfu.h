@@ -10,6 +10,7 @@ typedef struct mtf_mfu_peak {
   double per_rank; /* FLOP/s, the mean over the ranks */
   int ranks;
   int measured;    /* 1: the sgemm below; 0: backend.peak_gflops */
+  int unknown;     /* 1: none (a device backend without backend.peak_gflops: the host's sgemm is no ceiling) */
   int n;           /* the sgemm's size n (an n^3 product): MTF_MFU_SGEMM_N, or half that when only the warm-up ran */
   int timed_calls; /* n^3 calls timed after the warm-up (0: the warm-up's rate, on a slow or busy machine) */
 } mtf_mfu_peak;
@@ -25,8 +26,9 @@ enum { MTF_MFU_SGEMM_N = 2048 };
  * timed. tools/bench_sgemm.c runs it unbounded. */
 double mtf_mfu_measure_peak(int n, int max_timed, int bounded, int sync, int *timed, int *measured_n);
 /* Collective: the job's peak. peak_gflops > 0 (backend.peak_gflops, per rank) is taken as given; 0 measures
- * (MTF_MFU_SGEMM_N; about 0.4 s on a quiet 100 GFLOP/s rank, at most about 1.3 s). */
-mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops);
+ * (MTF_MFU_SGEMM_N; about 0.4 s on a quiet 100 GFLOP/s rank, at most about 1.3 s) when the backend computes
+ * on the host (host_compute), and is unknown otherwise (MFU then 0, the header says why). */
+mtf_mfu_peak mtf_mfu_job_peak(double peak_gflops, int host_compute);
 /* "2x110.3 GFLOP/s measured by cblas_sgemm 2048^3 ..." or "... from backend.peak_gflops". */
 void mtf_mfu_describe(const mtf_mfu_peak *peak, char *buf, size_t size);
 /* Model FLOPs per second over the job's peak (0 when the peak is unknown). */

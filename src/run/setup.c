@@ -7,12 +7,29 @@
 
 #include "io/dataset.h"
 
+static mtf_precision precision_of(const mtf_config *cfg) {
+  return strcmp(cfg->precision, "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
+}
+
+mtf_backend_options mtf_run_backend_options(const mtf_config *cfg) {
+  mtf_backend_options o = {.kind = cfg->backend, .threads = (int)cfg->threads, .plugin = cfg->plugin,
+                           .local_devices = (int)cfg->local_devices,
+                           .device = cfg->device >= 0 ? (int)cfg->device : MTF_DEVICE_FROM_LOCAL_RANK,
+                           .tf32 = cfg->tf32, .precision = precision_of(cfg)};
+  return o;
+}
+
 mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
   mtf_session_options options = {0};
   options.backend = cfg->backend;
   options.threads = mtf_backend_resolve_threads((int)cfg->threads, mtf_world_ranks_on_node());
   options.plugin = cfg->plugin;
   options.local_devices = (int)cfg->local_devices;
+  options.device_set = cfg->device >= 0;
+  options.device = (int)cfg->device;
+  options.tf32 = cfg->tf32;
+  options.precision = precision_of(cfg);
+  options.comm = cfg->comm;
   return options;
 }
 
@@ -27,6 +44,12 @@ void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
     fprintf(out, "backend: pjrt, %d process x %d devices%s, one compiled program per step\n", mtf_world_size(),
             mtf_session_devices(session), pool);
   }
+  else if (strcmp(mtf_session_backend(session), "cuda") == 0)
+    fprintf(out, "backend: cuda, %d ranks x 1 GPU (the cuda: line above names rank 0's), collectives %s\n",
+            mtf_world_size(), mtf_session_collectives(session));
+  else if (strcmp(mtf_session_collectives(session), "mpi") != 0) /* device memory: say which path */
+    fprintf(out, "backend: %s, %d ranks x %d threads, collectives %s\n", mtf_session_backend(session),
+            mtf_world_size(), mtf_session_threads(session), mtf_session_collectives(session));
   else
     fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
             mtf_session_threads(session));
@@ -43,19 +66,20 @@ int mtf_run_agree(int rc, mtf_error *err) {
 int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
   /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
   MTF_CHECK(mtf_backend_check(cfg->backend, err));
-  if (strcmp(cfg->backend, "pjrt") != 0) return MTF_OK;
+  if (strcmp(cfg->backend, "pjrt") != 0 && strcmp(cfg->backend, "cuda") != 0) return MTF_OK;
   long mesh_devices = 1;
   for (int d = 0; d < cfg->mesh_shape.rank; d++) mesh_devices *= cfg->mesh_shape.dims[d].size;
   char desc[4096];
-  /* Every rank opens its plugin and checks the same numbers, so all fail alike or none does. */
-  int rc = mtf_backend_describe(cfg->backend, cfg->plugin, (int)cfg->local_devices, mesh_devices, mtf_world_size(),
-                                desc, sizeof desc, err);
+  /* Every rank opens its plugin (looks for its GPU) and checks the same numbers, so all fail alike or none
+   * does (a node without GPUs fails on each of its ranks: mtf_run_agree then ends the job with the reason). */
+  mtf_backend_options options = mtf_run_backend_options(cfg);
+  int rc = mtf_backend_describe(&options, mesh_devices, mtf_world_size(), desc, sizeof desc, err);
   if (mtf_world_rank() == 0 && desc[0]) {
     printf("%s\n", desc);
     fflush(stdout);
   }
   /* It also refuses more than one process, with this plugin's reason (exec/pjrt/backend.c). */
-  if (rc != MTF_OK) return rc;
+  if (rc != MTF_OK || strcmp(cfg->backend, "cuda") == 0) return rc;
   if (cfg->train.microbatches > 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "backend.kind pjrt: train.microbatches > 1 is not supported yet; use 1");
   return MTF_OK;

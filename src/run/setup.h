@@ -17,6 +17,8 @@
 /* Session options for cfg: backend.kind, and backend.threads resolved for the ranks on this node.
  * Collective the first time (it counts the ranks on the node). */
 mtf_session_options mtf_run_session_options(const mtf_config *cfg);
+/* The backend section as a backend's options (mtf_backend_describe; threads unresolved; not collective). */
+mtf_backend_options mtf_run_backend_options(const mtf_config *cfg);
 
 /* On rank 0, one line "backend: cpu, 2 ranks x 1 threads" on `out` (stdout, or stderr to keep stdout for
  * JSON). */
@@ -83,6 +85,6 @@ void mtf_run_checkpoint_dir(const mtf_config *cfg, char *dir, size_t size);
 
 /* Ends the job when a step fails inside the session on this rank (other ranks may be waiting in one of its
  * collectives): "mtf: rank k: <what>: <message>", exit status 1. */
-_Noreturn void mtf_run_abort(const char *what, const mtf_error *err);
+MTF_NORETURN void mtf_run_abort(const char *what, const mtf_error *err);
 
 #endif

@@ -190,7 +190,8 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   FILE *metrics = mtf_metrics_open(cfg, rank, steps_done, &metrics_err);
   if (!metrics && rank == 0) fprintf(stderr, "mtf train: warning: metrics are not written: %s\n", metrics_err.msg);
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
-  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops);
+  /* The host's sgemm is the ceiling of the host backends only (cuda: backend.peak_gflops, or none). */
+  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, strcmp(cfg->backend, "cuda") != 0);
   double job_peak = peak.job;
   print_header(&st, &peak);
 

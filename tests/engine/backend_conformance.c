@@ -241,6 +241,16 @@ int main(int argc, char **argv) {
   {
     /* pjrt runs whole programs, not plan steps through kernels: its conformance test is pjrt_conformance.c. */
     if (strcmp(kind, "pjrt") == 0) continue;
+    /* A backend whose device is absent here (cuda on a machine without a GPU) is listed as skipped, with the
+     * reason; asked for by --backend, it is a failure instead. */
+    mtf_backend_options probe = {.kind = kind, .device = MTF_DEVICE_FROM_LOCAL_RANK};
+    char desc[1024];
+    if (mtf_backend_describe(&probe, 0, 1, desc, sizeof desc, &err) != MTF_OK) {
+      if (world_rank == 0) printf("SKIP backend %s: %s\n", kind, err.msg);
+      CHECK(!only_backend);
+      continue;
+    }
+    if (world_rank == 0 && desc[0]) printf("backend %s: %s\n", kind, desc);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 0, kind, comm);
     for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
       run_case(&forward_only_cases[i], 1, kind, comm);

@@ -9,7 +9,7 @@
  *    layout against the double-precision reference (finite differences check the reference's gradients),
  *    so the numbers are the same on 1, 2 and 4 ranks (CTest runs it on each).
  *
- *   mpiexec -n N test_select     (N = 1, 2 or 4) */
+ *   mpiexec -n N test_select [--backend KIND]     (N = 1, 2 or 4; KIND default cpu, e.g. cuda-emu) */
 #include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include "ops/reference.h"
 
 static int world_rank;
+static const char *backend_kind; /* --backend KIND; NULL: cpu */
 
 static mtf_shape S(const char *text) {
   mtf_shape s;
@@ -36,7 +37,7 @@ static int run(mtf_graph *g, mtf_comm *comm, const char *layout, mtf_tensor x, c
   mtf_error err;
   mtf_plan *plan = NULL;
   mtf_session *s = NULL;
-  mtf_session_options options = {.poison_freed = 1};
+  mtf_session_options options = {.poison_freed = 1, .backend = backend_kind};
   int ok = mtf_layout_rules_parse(layout, &rules, &err) == MTF_OK &&
            mtf_plan_create(g, &comm->mesh, &rules, comm->rank, n_fetches, fetches, &plan, &err) == MTF_OK &&
            mtf_session_create(plan, comm, &options, &s, &err) == MTF_OK;
@@ -221,6 +222,8 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   int world_size;
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--backend") == 0) backend_kind = argv[i + 1];
   /* Meshes of this many ranks, with two axes so that two dims can be split at once. */
   const char *meshes[2] = {world_size == 4 ? "b:2,m:2" : world_size == 2 ? "b:2,m:1" : "b:1,m:1",
                            world_size == 4 ? "b:4,m:1" : world_size == 2 ? "b:1,m:2" : NULL};

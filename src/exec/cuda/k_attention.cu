@@ -1,0 +1,326 @@
+/* CUDA kernels of fused causal attention (ops/attention.c), flash-style: tiles of T query rows x T memory
+ * rows in shared memory, tiles wholly above the diagonal never computed, no [length, length] buffer.
+ * T is the largest power of two <= 32 whose tiles fit the 48 KiB of static shared memory every GPU grants
+ * without opting in (pick_tile); operands are read in place through ops/attention.h's views (any dim order).
+ *
+ * Forward: one block per (problem, query tile). The online softmax keeps each row's running max m (float)
+ * and sum l (double, as the CPU); a new tile of scores rescales the accumulator by exp(m_old - m_new).
+ * o = acc / l, lse = m + log l (stored along depth, as the CPU's F[1]).
+ * Backward, one pass: one block per (problem, memory tile j), over the query tiles i >= j: P = exp(S - lse)
+ * from the forward pass's logsumexp, dV_j += (P R)^T dO_i, dP = dO_i V_j^T, dS = P R dP - P delta with
+ * delta = rowsum(dO o) - rowsum(dlse), dK_j += scale dS^T Q_i (kept in shared memory, written once), and
+ * dQ_i += scale dS K_j by atomicAdd into the zeroed output (several memory tiles add to one query row).
+ * Dropout (R: 0 or 1 / keep) is ops/attention.h's mask, recomputed from global indices per tile with
+ * core/rng's hash: the forward pass sums kept and dropped probabilities into l and accumulates only the
+ * kept ones, scaled, exactly as the CPU kernel. */
+#include "exec/cuda/k_common.h"
+#include "exec/cuda/k_kernels.h"
+
+extern "C" {
+#include "ops/attention.h"
+}
+
+MTF_CUDA_BEGIN
+
+#define MAX_TILE 32
+#define SHARED_LIMIT (48 * 1024)
+
+/* ops/attention.h's view, as a kernel argument. */
+typedef struct att_view {
+  int64_t batch_stride[MTF_MAX_RANK];
+  int64_t pos, depth, offset;
+} att_view;
+
+/* One step's attention problems: geometry, dropout mask, scale. */
+typedef struct att_problem {
+  int batch_rank;
+  int64_t batch_size[MTF_MAX_RANK], mask_global[MTF_MAX_RANK], mask_offset[MTF_MAX_RANK];
+  int64_t count, L, D, tiles;
+  int T, dropout;
+  uint64_t seed, key;
+  float keep, drop_scale, scale;
+} att_problem;
+
+static att_view view_of(const mtf_attention_geometry *geo, const mtf_shape *s, const char *pos, const char *depth,
+                        const char *stack, int index) {
+  mtf_attention_view v = mtf_attention_view_make(geo, s, pos, depth, stack, index);
+  att_view a;
+  memset(&a, 0, sizeof a);
+  for (int d = 0; d < MTF_MAX_RANK; d++) a.batch_stride[d] = v.batch_stride[d];
+  a.pos = v.pos_stride;
+  a.depth = v.depth_stride;
+  a.offset = v.offset;
+  return a;
+}
+
+static size_t forward_bytes(int64_t T, int64_t D) {
+  return sizeof(double) * (size_t)T + sizeof(float) * (size_t)(4 * T * D + T * T + 2 * T);
+}
+
+static size_t backward_bytes(int64_t T, int64_t D) { return sizeof(float) * (size_t)(6 * T * D + 3 * T * T + 2 * T); }
+
+/* The largest tile whose shared memory fits; 0 when even T = 1 does not (depth too large). */
+static int pick_tile(int64_t D, int backward) {
+  for (int T = MAX_TILE; T >= 1; T /= 2)
+    if ((backward ? backward_bytes(T, D) : forward_bytes(T, D)) <= SHARED_LIMIT) return T;
+  return 0;
+}
+
+static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a, int backward,
+                      mtf_attention_geometry *geo, att_problem *p) {
+  const mtf_op_params *pa = &st->params;
+  mtf_attention_geometry_make(&st->in_shape[0], pa->attention.dim, pa->attention.depth, geo);
+  int64_t offsets[MTF_MAX_RANK], global_dims[MTF_MAX_RANK]; /* microbatches number rows of the whole batch */
+  mtf_random_extent(st, a, offsets, global_dims);
+  mtf_attention_mask mask;
+  mtf_attention_mask_make(geo, &st->out_shape, global_dims, offsets, st->seed,
+                          mtf_run_key(pa->attention.key, a->random_offset), pa->attention.keep, &mask);
+  memset(p, 0, sizeof *p);
+  p->batch_rank = geo->batch.rank;
+  for (int d = 0; d < geo->batch.rank; d++) {
+    p->batch_size[d] = geo->batch.dims[d].size;
+    p->mask_global[d] = mask.global_size[d];
+    p->mask_offset[d] = mask.offset[d];
+  }
+  p->count = geo->count;
+  p->L = geo->length;
+  p->D = geo->depth;
+  p->T = pick_tile(p->D, backward);
+  if (p->T == 0)
+    return mtf_cuda_refuse(b, "causal attention: depth %lld is too large for the fused kernel's tiles in 48 KiB of "
+                              "shared memory; use model.fused_attention: false",
+                           (long long)p->D);
+  p->tiles = (p->L + p->T - 1) / p->T;
+  p->dropout = pa->attention.keep < 1.0f;
+  p->seed = mask.seed;
+  p->key = mask.key;
+  p->keep = mask.keep;
+  p->drop_scale = mask.scale;
+  p->scale = pa->attention.scale;
+  return MTF_OK;
+}
+
+/* Offset of problem b's (position 0, feature 0) in a view (mtf_attention_base). */
+__device__ inline int64_t view_base(const att_problem &p, const att_view &v, int64_t b) {
+  int64_t offset = v.offset;
+  for (int d = p.batch_rank - 1; d >= 0; d--) {
+    offset += (b % p.batch_size[d]) * v.batch_stride[d];
+    b /= p.batch_size[d];
+  }
+  return offset;
+}
+
+/* The first mask counter of problem b (mtf_attention_mask_base). */
+__device__ inline uint64_t mask_base(const att_problem &p, int64_t b) {
+  int64_t index = 0, stride = 1;
+  for (int d = p.batch_rank - 1; d >= 0; d--) {
+    index += (b % p.batch_size[d] + p.mask_offset[d]) * stride;
+    b /= p.batch_size[d];
+    stride *= p.mask_global[d];
+  }
+  return (uint64_t)(index * p.L * p.L);
+}
+
+/* The dropout factor of weight (i, j): 1 / keep or 0. */
+__device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t i, int64_t j) {
+  return k_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
+}
+
+/* rows [row0, row0 + n) of a [L, D] operand into tile[n][D]. */
+__device__ inline void load_tile(const float *x, const att_view &v, int64_t base, int64_t row0, int64_t n, int64_t D,
+                                 float *tile) {
+  for (int64_t e = threadIdx.x; e < n * D; e += blockDim.x) {
+    int64_t r = e / D, d = e % D;
+    tile[e] = x[base + (row0 + r) * v.pos + d * v.depth];
+  }
+}
+
+__device__ inline float dot(const float *a, const float *b, int64_t D) {
+  float s = 0.0f;
+  for (int64_t d = 0; d < D; d++) s += a[d] * b[d];
+  return s;
+}
+
+/* ---- forward: in q, k, v; out F = [o | lse] ---- */
+__global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_view vo, att_view vl, const float *q,
+                                   const float *k, const float *v, float *out) {
+  MTF_DYNAMIC_SHARED(unsigned char, shared);
+  const int64_t T = p.T, D = p.D, L = p.L;
+  double *l = (double *)shared;
+  float *Q = (float *)(l + T), *K = Q + T * D, *V = K + T * D, *acc = V + T * D, *S = acc + T * D;
+  float *m = S + T * T, *correction = m + T;
+  for (int64_t unit = blockIdx.x; unit < p.count * p.tiles; unit += gridDim.x) {
+    int64_t b = unit / p.tiles, i0 = unit % p.tiles * T, nq = L - i0 < T ? L - i0 : T;
+    int64_t bq = view_base(p, vq, b), bk = view_base(p, vk, b);
+    uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
+    load_tile(q, vq, bq, i0, nq, D, Q);
+    for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) acc[e] = 0.0f;
+    for (int64_t r = threadIdx.x; r < T; r += blockDim.x) m[r] = -INFINITY, l[r] = 0.0;
+    __syncthreads();
+    for (int64_t j0 = 0; j0 < i0 + nq; j0 += T) {
+      int64_t nk = L - j0 < T ? L - j0 : T;
+      load_tile(k, vk, bk, j0, nk, D, K);
+      load_tile(v, vk, bk, j0, nk, D, V);
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+        int64_t r = e / T, c = e % T;
+        S[e] = c < nk && j0 + c <= i0 + r ? p.scale * dot(Q + r * D, K + c * D, D) : -INFINITY;
+      }
+      __syncthreads();
+      for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: the online softmax */
+        float *row = S + r * T;
+        int64_t n = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk; /* visible columns */
+        float max = m[r];
+        for (int64_t c = 0; c < n; c++) max = row[c] > max ? row[c] : max;
+        float corr = expf(m[r] - max); /* 0 on the first tile (m = -inf) */
+        double sum = 0.0;
+        for (int64_t c = 0; c < n; c++) sum += (row[c] = expf(row[c] - max));
+        for (int64_t c = n; c < T; c++) row[c] = 0.0f;
+        if (p.dropout)
+          for (int64_t c = 0; c < n; c++) row[c] *= drop_factor(p, mbase, i0 + r, j0 + c);
+        l[r] = l[r] * corr + sum;
+        m[r] = max;
+        correction[r] = corr;
+      }
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+        int64_t r = e / D, d = e % D;
+        float s = 0.0f;
+        for (int64_t c = 0; c < nk; c++) s += S[r * T + c] * V[c * D + d];
+        acc[e] = acc[e] * correction[r] + s;
+      }
+      __syncthreads();
+    }
+    int64_t bo = view_base(p, vo, b), bl = view_base(p, vl, b);
+    for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
+      int64_t r = e / D, d = e % D;
+      out[bo + (i0 + r) * vo.pos + d * vo.depth] = acc[e] * (float)(1.0 / l[r]);
+      out[bl + (i0 + r) * vl.pos + d * vl.depth] = (float)(m[r] + log(l[r]));
+    }
+    __syncthreads();
+  }
+}
+
+static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  mtf_attention_geometry geo;
+  att_problem p;
+  int rc = problem_of(b, st, a, 0, &geo, &p);
+  if (rc != MTF_OK) return rc;
+  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
+  att_view vq = view_of(&geo, &st->in_shape[0], qd, dd, NULL, 0), vk = view_of(&geo, &st->in_shape[1], md, dd, NULL, 0);
+  att_view vo = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 0);
+  att_view vl = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 1);
+  int64_t units = p.count * p.tiles;
+  if (units == 0 || p.D == 0) return MTF_OK;
+  MTF_LAUNCH(k_attention_kernel, k_row_blocks(units), K_THREADS, forward_bytes(p.T, p.D), K_STREAM(b), p, vq, vk, vo,
+             vl, (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (float *)a->out);
+  K_DONE(b, "attention");
+}
+
+/* ---- backward: in q, k, v, F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv] (zeroed first) ---- */
+typedef struct att_grad_views {
+  att_view q, k, o, lse, dO, dlse, dq, dk, dv;
+} att_grad_views;
+
+__global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const float *q, const float *k, const float *v,
+                                        const float *F, const float *dF, float *out) {
+  MTF_DYNAMIC_SHARED(unsigned char, shared);
+  const int64_t T = p.T, D = p.D, L = p.L;
+  float *K = (float *)shared, *V = K + T * D, *dK = V + T * D, *dV = dK + T * D, *Q = dV + T * D, *dO = Q + T * D;
+  float *P = dO + T * D, *PR = P + T * T, *dP = PR + T * T, *lse = dP + T * T, *delta = lse + T;
+  for (int64_t unit = blockIdx.x; unit < p.count * p.tiles; unit += gridDim.x) {
+    int64_t b = unit / p.tiles, j0 = unit % p.tiles * T, nk = L - j0 < T ? L - j0 : T;
+    int64_t bq = view_base(p, w.q, b), bk = view_base(p, w.k, b), bo = view_base(p, w.o, b);
+    int64_t bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b), bdl = view_base(p, w.dlse, b);
+    int64_t bdq = view_base(p, w.dq, b);
+    uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
+    load_tile(k, w.k, bk, j0, nk, D, K);
+    load_tile(v, w.k, bk, j0, nk, D, V);
+    for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dK[e] = dV[e] = 0.0f;
+    __syncthreads();
+    for (int64_t i0 = j0; i0 < L; i0 += T) { /* query tiles at or below the diagonal */
+      int64_t nq = L - i0 < T ? L - i0 : T;
+      load_tile(q, w.q, bq, i0, nq, D, Q);
+      load_tile(dF, w.dO, bdo, i0, nq, D, dO);
+      __syncthreads();
+      for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
+        double dsum = 0.0, extra = 0.0;
+        for (int64_t d = 0; d < D; d++) {
+          dsum += (double)dO[r * D + d] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
+          extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
+        }
+        lse[r] = F[bl + (i0 + r) * w.lse.pos];
+        delta[r] = (float)(dsum - extra);
+      }
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+        int64_t r = e / T, c = e % T;
+        int visible = c < nk && j0 + c <= i0 + r;
+        float pv = visible ? expf(p.scale * dot(Q + r * D, K + c * D, D) - lse[r]) : 0.0f;
+        P[e] = pv;
+        PR[e] = p.dropout && visible ? pv * drop_factor(p, mbase, i0 + r, j0 + c) : pv;
+        dP[e] = c < nk ? dot(dO + r * D, V + c * D, D) : 0.0f;
+      }
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) dP[e] = PR[e] * dP[e] - P[e] * delta[e / T];
+      __syncthreads();
+      for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) { /* dV_j, dK_j: rows of this memory tile */
+        int64_t c = e / D, d = e % D;
+        float sv = 0.0f, sk = 0.0f;
+        for (int64_t r = 0; r < nq; r++) {
+          sv += PR[r * T + c] * dO[r * D + d];
+          sk += dP[r * T + c] * Q[r * D + d];
+        }
+        dV[e] += sv;
+        dK[e] += p.scale * sk;
+      }
+      for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) { /* dQ_i: shared with other memory tiles */
+        int64_t r = e / D, d = e % D;
+        float s = 0.0f;
+        for (int64_t c = 0; c < nk; c++) s += dP[r * T + c] * K[c * D + d];
+        atomicAdd(out + bdq + (i0 + r) * w.dq.pos + d * w.dq.depth, p.scale * s);
+      }
+      __syncthreads();
+    }
+    int64_t bdk = view_base(p, w.dk, b), bdv = view_base(p, w.dv, b);
+    for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
+      int64_t c = e / D, d = e % D;
+      out[bdk + (j0 + c) * w.dk.pos + d * w.dk.depth] = dK[e];
+      out[bdv + (j0 + c) * w.dv.pos + d * w.dv.depth] = dV[e];
+    }
+    __syncthreads();
+  }
+}
+
+static int k_attention_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  mtf_attention_geometry geo;
+  att_problem p;
+  int rc = problem_of(b, st, a, 1, &geo, &p);
+  if (rc != MTF_OK) return rc;
+  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
+  att_grad_views w;
+  w.q = view_of(&geo, &st->in_shape[0], qd, dd, NULL, 0);
+  w.k = view_of(&geo, &st->in_shape[1], md, dd, NULL, 0);
+  w.o = view_of(&geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, 0);
+  w.lse = view_of(&geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, 1);
+  w.dO = view_of(&geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, 0);
+  w.dlse = view_of(&geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, 1);
+  w.dq = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 0);
+  w.dk = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 1);
+  w.dv = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 2);
+  rc = mtf_cuda_k_fill(b, (float *)a->out, 0.0f, mtf_shape_num_elements(&st->out_shape));
+  if (rc != MTF_OK) return rc;
+  int64_t units = p.count * p.tiles;
+  if (units == 0 || p.D == 0) return MTF_OK;
+  MTF_LAUNCH(k_attention_grad_kernel, k_row_blocks(units), K_THREADS, backward_bytes(p.T, p.D), K_STREAM(b), p, w,
+             (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3],
+             (const float *)a->in[4], (float *)a->out);
+  K_DONE(b, "attention_grad");
+}
+
+void mtf_cuda_register_attention(mtf_kernel_fn *k) {
+  k[MTF_OP_ATTENTION] = k_attention;
+  k[MTF_OP_ATTENTION_GRAD] = k_attention_grad;
+}
+
+MTF_CUDA_END

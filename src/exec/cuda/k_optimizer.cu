@@ -1,0 +1,58 @@
+/* CUDA kernels of the fused optimizer ops (ops/optimizer_ops.c): one pass over the local slice in float, as
+ * the CPU's. The per-step scalars live in device memory (the decay of a three-input moving average, AdamW's
+ * learning rate and step), so each thread reads them; AdamW's bias corrections are computed per block by
+ * one thread in double (ops/optimizer_ops.c's mtf_adam_bias_correction: -expm1(t ln beta)) and shared. */
+#include "exec/cuda/k_common.h"
+#include "exec/cuda/k_kernels.h"
+
+MTF_CUDA_BEGIN
+
+/* keep: the decay from device memory, or `beta` where the op has no third input. */
+__global__ void k_moving_average_apply(int64_t n, const float *old, const float *x, const float *decay, float beta,
+                                       float add, int power, float *out) {
+  const float keep = decay ? decay[0] : beta, mix = 1.0f - keep;
+  MTF_GRID_STRIDE(i, n) {
+    float v = power == 2 ? x[i] * x[i] + add : x[i] + add;
+    out[i] = keep * old[i] + mix * v;
+  }
+}
+
+static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  MTF_LAUNCH(k_moving_average_apply, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n,
+             (const float *)a->in[0], (const float *)a->in[1], st->n_in == 3 ? (const float *)a->in[2] : NULL,
+             st->params.moment.beta, st->params.moment.add, st->params.moment.power, (float *)a->out);
+  K_DONE(b, "moving_average");
+}
+
+__device__ inline double bias_correction(double beta, double step) { return beta > 0 ? -expm1(step * log(beta)) : 1.0; }
+
+__global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const float *v, const float *lr_in,
+                              const float *step_in, float beta1, float beta2, float eps, float wd, float *out) {
+  __shared__ float scalars[3]; /* lr, 1 / c1, 1 / c2 */
+  if (threadIdx.x == 0) {
+    double step = step_in[0];
+    scalars[0] = lr_in[0];
+    scalars[1] = (float)(1.0 / bias_correction(beta1, step));
+    scalars[2] = (float)(1.0 / bias_correction(beta2, step));
+  }
+  __syncthreads();
+  const float lr = scalars[0], inv_c1 = scalars[1], inv_c2 = scalars[2];
+  MTF_GRID_STRIDE(i, n) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+}
+
+static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  MTF_LAUNCH(k_adam_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const float *)a->in[0],
+             (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], (const float *)a->in[4],
+             st->params.adam.beta1, st->params.adam.beta2, st->params.adam.epsilon, st->params.adam.weight_decay,
+             (float *)a->out);
+  K_DONE(b, "adam_update");
+}
+
+void mtf_cuda_register_optimizer(mtf_kernel_fn *k) {
+  k[MTF_OP_MOVING_AVERAGE] = k_moving_average;
+  k[MTF_OP_ADAM_UPDATE] = k_adam_update;
+}
+
+MTF_CUDA_END

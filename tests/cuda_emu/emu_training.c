@@ -1,0 +1,138 @@
+#define _POSIX_C_SOURCE 200809L
+/* The CUDA backend (on the host emulator, kind "cuda-emu") trains as the cpu backend does: a small
+ * transformer (tests/run/tiny-test.yaml, dropout on so that the random masks must agree bit for bit, AdamW
+ * or Adafactor) for N steps on the same token batches, on each backend in turn over the same mesh and
+ * layout, and the losses must agree within 1e-4 relative at every step.
+ *
+ * --precision bf16 (or --tf32 1) runs cuda-emu with bf16 einsum inputs (TF32 GEMMs) against the fp32 cpu run:
+ * then the losses must differ (the reduced precision is in effect) but by less than 2e-2 relative.
+ *
+ *   mpiexec -n R test_cuda_emu_training [--steps N] [--mesh SHAPE] [--layout TEXT] [--optimizer NAME]
+ *                                       [--config FILE] [--precision fp32|bf16] [--tf32 0|1] */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "comm/mpi_comm.h"
+#include "run/program.h"
+
+enum { MAX_STEPS = 64 };
+
+static int configure(mtf_config *cfg, const char *path, const char *mesh, const char *layout, const char *optimizer,
+                     mtf_error *err) {
+  char set_mesh[256], set_layout[512], set_optimizer[128];
+  snprintf(set_mesh, sizeof set_mesh, "mesh.shape=%s", mesh);
+  snprintf(set_layout, sizeof set_layout, "mesh.layout=%s", layout);
+  snprintf(set_optimizer, sizeof set_optimizer, "train.optimizer=%s", optimizer);
+  mtf_config_defaults(cfg);
+  MTF_CHECK(mtf_config_load_file(cfg, path, err));
+  MTF_CHECK(mtf_config_set(cfg, set_mesh, err));
+  MTF_CHECK(mtf_config_set(cfg, set_layout, err));
+  MTF_CHECK(mtf_config_set(cfg, set_optimizer, err));
+  MTF_CHECK(mtf_config_set(cfg, "model.dropout=0.1", err));
+  return mtf_config_validate(cfg, err);
+}
+
+/* Step s's batch: token and target ids from a hash of (step, position), the same for both backends. */
+static void batch_of(int step, int64_t n, int64_t vocab, int32_t *tokens, int32_t *targets) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t h = (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(step + 1) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 29;
+    tokens[i] = (int32_t)(h % (uint64_t)vocab);
+    targets[i] = (int32_t)((h >> 17) % (uint64_t)vocab);
+  }
+}
+
+static mtf_precision precision = MTF_PRECISION_FP32;
+static int tf32;
+
+static int train(const mtf_config *cfg, const char *backend, int steps, double *losses, mtf_error *err) {
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mtf_program p;
+  MTF_CHECK(mtf_program_build(cfg, rank, &p, err));
+  mtf_comm *comm = NULL;
+  mtf_session *s = NULL;
+  int reduced = strcmp(backend, "cpu") != 0;
+  mtf_session_options options = {.backend = backend,
+                                 .poison_freed = 1,
+                                 .precision = reduced ? precision : MTF_PRECISION_FP32,
+                                 .tf32 = reduced && tf32};
+  int rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);
+  if (rc == MTF_OK) rc = mtf_session_create(p.train_plan, comm, &options, &s, err);
+  int64_t n = (int64_t)cfg->train.batch * cfg->model.length;
+  int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n), *targets = malloc(sizeof(int32_t) * (size_t)n);
+  for (int step = 0; rc == MTF_OK && step < steps; step++) {
+    float lr = 3e-3f, t = (float)(step + 1), loss = NAN;
+    batch_of(step, n, cfg->model.vocab, tokens, targets);
+    mtf_session_set_random_offset(s, (uint64_t)step);
+    rc = mtf_session_set_input(s, p.learning_rate, &lr, err);
+    if (rc == MTF_OK) rc = mtf_session_set_input(s, p.step, &t, err);
+    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.tokens, tokens, err);
+    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.targets, targets, err);
+    if (rc == MTF_OK) rc = mtf_session_run(s, err);
+    if (rc == MTF_OK) rc = mtf_session_fetch(s, p.train_model.loss, &loss, err);
+    losses[step] = loss;
+  }
+  free(tokens);
+  free(targets);
+  mtf_session_destroy(s);
+  mtf_comm_destroy(comm);
+  mtf_program_free(&p);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int steps = 20;
+  const char *config = "tests/run/tiny-test.yaml", *mesh = "m:1", *layout = "", *optimizer = "adamw";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+    else if (strcmp(argv[i], "--config") == 0) config = argv[i + 1];
+    else if (strcmp(argv[i], "--mesh") == 0) mesh = argv[i + 1];
+    else if (strcmp(argv[i], "--layout") == 0) layout = argv[i + 1];
+    else if (strcmp(argv[i], "--optimizer") == 0) optimizer = argv[i + 1];
+    else if (strcmp(argv[i], "--precision") == 0) precision = strcmp(argv[i + 1], "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
+    else if (strcmp(argv[i], "--tf32") == 0) tf32 = atoi(argv[i + 1]);
+  }
+  const int exact = precision == MTF_PRECISION_FP32 && !tf32;
+  if (steps < 1 || steps > MAX_STEPS) steps = 20;
+  mtf_config cfg;
+  mtf_error err = {0};
+  int rc = configure(&cfg, config, mesh, layout, optimizer, &err);
+  if (rc != MTF_OK) fprintf(stderr, "config: %s\n", err.msg);
+  CHECK(rc == MTF_OK);
+  double want[MAX_STEPS], got[MAX_STEPS];
+  if (rc == MTF_OK) {
+    rc = train(&cfg, "cpu", steps, want, &err);
+    if (rc != MTF_OK) fprintf(stderr, "cpu: %s\n", err.msg);
+    CHECK(rc == MTF_OK);
+  }
+  if (rc == MTF_OK) {
+    rc = train(&cfg, "cuda-emu", steps, got, &err);
+    if (rc != MTF_OK) fprintf(stderr, "cuda-emu: %s\n", err.msg);
+    CHECK(rc == MTF_OK);
+  }
+  if (rc == MTF_OK && rank == 0) {
+    double worst = 0;
+    for (int s = 0; s < steps; s++) {
+      double e = fabs(got[s] - want[s]) / fmax(1e-12, fabs(want[s]));
+      if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+      printf("  step %2d: cpu %.7f cuda-emu %.7f\n", s + 1, want[s], got[s]);
+    }
+    int learned = want[steps - 1] < want[0]; /* the comparison is of a run that trains */
+    int pass = learned && (exact ? worst <= 1e-4 : worst > 1e-6 && worst <= 2e-2);
+    printf("%s cuda-emu %s%s%s mesh '%s' layout '%s': %d steps, loss %.4f -> %.4f, largest relative difference to "
+           "cpu %.2e (bound %s)\n",
+           pass ? "ok  " : "FAIL", optimizer, precision == MTF_PRECISION_BF16 ? " bf16" : "", tf32 ? " tf32" : "", mesh,
+           layout, steps, want[0], want[steps - 1], worst, exact ? "1e-4" : "(1e-6, 2e-2]");
+    CHECK(pass);
+  }
+  MPI_Finalize();
+  return rank == 0 ? check_summary() : 0;
+}
