@@ -54,20 +54,6 @@ uint64_t mtf_permutation_at(const mtf_permutation *perm, uint64_t i) {
   return x;
 }
 
-uint64_t mtf_mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
-  return mtf_mix64(mtf_mix64(mtf_mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
-}
-
-double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index) {
-  return ((double)(mtf_hash3(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-
 double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index) {
   double u1 = mtf_uniform01(seed, stream, 2 * index), u2 = mtf_uniform01(seed, stream, 2 * index + 1);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);

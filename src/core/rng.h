@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "core/host_device.h"
+
 /* A 64-bit mix of a key and a counter (SplitMix64 finaliser over key ^ golden-ratio-scaled counter). */
 uint64_t mtf_hash64(uint64_t key, uint64_t counter);
 
@@ -27,11 +29,20 @@ uint64_t mtf_rng_below(mtf_rng *rng, uint64_t bound);
 
 /* SplitMix64's finaliser: a bijection of 64-bit words (the mixing step of everything here, and of
  * checkpoint checksums). */
-uint64_t mtf_mix64(uint64_t z);
+static inline MTF_HOST_DEVICE uint64_t mtf_mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 
-/* Counter-based values for tensors: a pure function of (seed, stream, index). */
-uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index);
-double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index); /* in (0, 1) */
+/* Counter-based values for tensors: a pure function of (seed, stream, index). Inline for the device too:
+ * every backend's random kernels (dropout masks) call these, so masks agree bit for bit. */
+static inline MTF_HOST_DEVICE uint64_t mtf_hash3(uint64_t seed, uint64_t stream, uint64_t index) {
+  return mtf_mix64(mtf_mix64(mtf_mix64(seed + 0x9e3779b97f4a7c15ULL) ^ stream) + index * 0x9e3779b97f4a7c15ULL);
+}
+static inline MTF_HOST_DEVICE double mtf_uniform01(uint64_t seed, uint64_t stream, uint64_t index) { /* in (0, 1) */
+  return ((double)(mtf_hash3(seed, stream, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 double mtf_normal(uint64_t seed, uint64_t stream, uint64_t index);    /* Box-Muller over two uniforms */
 /* The key of a random op in run `run` (dropout differs per step, yet not per layout). */
 static inline uint64_t mtf_run_key(uint64_t key, uint64_t run) { return key + run * 0x9e3779b97f4a7c15ULL; }

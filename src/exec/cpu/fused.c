@@ -11,12 +11,12 @@
 #include "exec/cpu/strided.h"
 
 /* One row of a fused op in the step's phase; rows write disjoint outputs, so they split over threads. */
-typedef void (*row_fn)(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out);
+typedef void (*row_fn)(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out);
 
 typedef struct rows_job {
   const mtf_step *st;
   const mtf_kernel_args *a;
-  rows r;
+  mtf_rows r;
   row_fn fn;
 } rows_job;
 
@@ -26,31 +26,31 @@ static void rows_chunk(void *p, int64_t lo, int64_t hi) {
 }
 
 static void run_rows(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a, const char *dim, row_fn fn) {
-  rows_job job = {st, a, rows_of(&st->in_shape[0], dim), fn};
+  rows_job job = {st, a, mtf_rows_of(&st->in_shape[0], dim), fn};
   mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, job.r.count * job.r.len), job.r.count, rows_chunk, &job);
 }
 
 /* The row reductions: contiguous rows (the op's dim innermost, inner == 1, the common case) by rowops.h's
  * vectorised loops; strided rows by plain loops with double sums (the reference path). */
-static float row_max(const float *x, const rows *r, int64_t row) {
-  const float *p = x + row_base(r, row);
+static float row_max(const float *x, const mtf_rows *r, int64_t row) {
+  const float *p = x + mtf_row_base(r, row);
   if (r->inner == 1) return mtf_row_max(p, r->len);
   float m = -INFINITY;
   for (int64_t j = 0; j < r->len; j++) m = mtf_max_step(m, p[j * r->inner]);
   return m;
 }
 
-static double row_sum_exp(const float *x, const rows *r, int64_t row, float max) {
-  const float *p = x + row_base(r, row);
+static double row_sum_exp(const float *x, const mtf_rows *r, int64_t row, float max) {
+  const float *p = x + mtf_row_base(r, row);
   if (r->inner == 1) return mtf_row_sum_exp(p, r->len, max);
   double s = 0;
   for (int64_t j = 0; j < r->len; j++) s += exp((double)p[j * r->inner] - max);
   return s;
 }
 
-static void softmax_apply(const float *x, const rows *r, int64_t row, float max, double sum, int log_form, float *y) {
-  const float *p = x + row_base(r, row);
-  float *q = y + row_base(r, row);
+static void softmax_apply(const float *x, const mtf_rows *r, int64_t row, float max, double sum, int log_form, float *y) {
+  const float *p = x + mtf_row_base(r, row);
+  float *q = y + mtf_row_base(r, row);
   double log_sum = log(sum);
   if (r->inner == 1) {
     float ls = (float)log_sum, inv = (float)(1.0 / sum);
@@ -67,7 +67,7 @@ static void softmax_apply(const float *x, const rows *r, int64_t row, float max,
 }
 
 /* One row of softmax / log-softmax in `phase` (checked by the caller). */
-static void softmax_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out) {
+static void softmax_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
   const float *x = a->in[0];
   int log_form = st->op == MTF_OP_LOG_SOFTMAX;
   switch (st->phase) {
@@ -94,16 +94,16 @@ static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 /* Norms: y = (x - mean) * rsqrt(mean((x - mean)^2) + eps), mean 0 for RMS. Split: the row sum (layer
  * norm), then the sum of squares about the mean, then the result; all in double, as huge activations (a
  * diverged run) must give the same non-finite loss downstream as with double loops. */
-static double row_sum(const float *x, const rows *r, int64_t row) {
-  const float *p = x + row_base(r, row);
+static double row_sum(const float *x, const mtf_rows *r, int64_t row) {
+  const float *p = x + mtf_row_base(r, row);
   if (r->inner == 1) return mtf_row_sum(p, r->len);
   double a = 0;
   for (int64_t j = 0; j < r->len; j++) a += p[j * r->inner];
   return a;
 }
 
-static double row_squares(const float *x, const rows *r, int64_t row, double mean) {
-  const float *p = x + row_base(r, row);
+static double row_squares(const float *x, const mtf_rows *r, int64_t row, double mean) {
+  const float *p = x + mtf_row_base(r, row);
   if (r->inner == 1) return mtf_row_sum_squares(p, r->len, mean);
   double q = 0;
   for (int64_t j = 0; j < r->len; j++) {
@@ -113,11 +113,11 @@ static double row_squares(const float *x, const rows *r, int64_t row, double mea
   return q;
 }
 
-static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_t row, double mean, double squares,
+static void norm_apply(const mtf_step *st, const float *x, const mtf_rows *r, int64_t row, double mean, double squares,
                        double n, float *y) {
   double inv = 1.0 / sqrt(squares / n + st->params.norm.epsilon);
-  const float *p = x + row_base(r, row);
-  float *q = y + row_base(r, row);
+  const float *p = x + mtf_row_base(r, row);
+  float *q = y + mtf_row_base(r, row);
   if (r->inner == 1) { /* the same expression, as its own loop so that it vectorises */
     for (int64_t j = 0; j < r->len; j++) q[j] = (float)(((double)p[j] - mean) * inv);
     return;
@@ -125,7 +125,7 @@ static void norm_apply(const mtf_step *st, const float *x, const rows *r, int64_
   for (int64_t j = 0; j < r->len; j++) q[j * r->inner] = (float)(((double)p[j * r->inner] - mean) * inv);
 }
 
-static void norm_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out) {
+static void norm_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
   int layer = st->op == MTF_OP_LAYER_NORM;
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
   const float *x = a->in[0];
@@ -164,14 +164,14 @@ static float xent_value(const mtf_step *st, double lse, double target, double su
   return (float)((1.0 - eps) * (lse - target) + smooth + z * lse * lse);
 }
 
-static double row_sum_x(const float *x, const rows *r, int64_t row) {
-  const float *p = x + row_base(r, row);
+static double row_sum_x(const float *x, const mtf_rows *r, int64_t row) {
+  const float *p = x + mtf_row_base(r, row);
   double s = 0;
   for (int64_t j = 0; j < r->len; j++) s += p[j * r->inner];
   return s;
 }
 
-static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t row, float *out) {
+static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
   const float *x = a->in[0];
   if (st->phase == MTF_PHASE_MAX) {
     out[row] = row_max(x, r, row);
@@ -182,7 +182,7 @@ static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const rows *r
   float m = st->phase == MTF_PHASE_STATS ? ((const float *)a->in[1])[row] : row_max(x, r, row);
   double sum = row_sum_exp(x, r, row, m);
   int64_t local = mtf_cpu_index(labels, label_type, row) - st->dim_offset;
-  double target = local >= 0 && local < r->len ? x[row_base(r, row) + local * r->inner] : 0.0;
+  double target = local >= 0 && local < r->len ? x[mtf_row_base(r, row) + local * r->inner] : 0.0;
   int smoothed = st->params.xent.label_smoothing != 0.0f;
   double sum_x = smoothed ? row_sum_x(x, r, row) : 0.0;
   if (st->phase == MTF_PHASE_STATS) {

@@ -32,12 +32,12 @@ static inline void softmax_row_apply(const float *y, const float *dy, float sum,
     for (int64_t j = 0; j < len; j++) out[j * stride] = y[j * stride] * (dy[j * stride] - sum);
 }
 
-static inline void softmax_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t stride) {
+static inline void softmax_rows(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t stride) {
   const float *y = a->in[0], *dy = a->in[1];
   float *out = a->out;
   int log_form = st->op == MTF_OP_LOG_SOFTMAX_GRAD;
   for (int64_t row = 0; row < r->count; row++) {
-    int64_t b = row_base(r, row);
+    int64_t b = mtf_row_base(r, row);
     if (st->phase == MTF_PHASE_STATS) {
       out[row] = (float)softmax_row_sum(y + b, dy + b, r->len, stride, log_form);
       continue;
@@ -51,7 +51,7 @@ static inline void softmax_rows(const mtf_step *st, const mtf_kernel_args *a, co
 static int k_softmax_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
   if (st->phase != MTF_PHASE_WHOLE && st->phase != MTF_PHASE_STATS && st->phase != MTF_PHASE_APPLY) return MTF_ERR_INVALID;
-  rows r = rows_of(&st->in_shape[0], st->params.along.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.along.dim);
   if (r.inner == 1)
     softmax_rows(st, a, &r, 1);
   else
@@ -90,13 +90,13 @@ static inline void norm_row_apply(const float *x, const float *dy, double mean, 
   for (int64_t j = 0; j < len; j++) out[j * stride] = scale * dy[j * stride] - slope * (x[j * stride] - m) - shift;
 }
 
-static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, double n, int64_t stride) {
+static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, double n, int64_t stride) {
   const float *x = a->in[0], *dy = a->in[1];
   float *out = a->out;
   int layer = st->op == MTF_OP_LAYER_NORM_GRAD;
   float eps = st->params.norm.epsilon;
   for (int64_t row = 0; row < r->count; row++) {
-    int64_t b = row_base(r, row);
+    int64_t b = mtf_row_base(r, row);
     switch (st->phase) {
       case MTF_PHASE_WHOLE: {
         double mean = layer ? norm_row_sum(x + b, r->len, stride) / n : 0.0;
@@ -128,7 +128,7 @@ static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const
 static int k_norm_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
   if (st->phase == MTF_PHASE_MAX) return MTF_ERR_INVALID;
-  rows r = rows_of(&st->in_shape[0], st->params.norm.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.norm.dim);
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
   if (r.inner == 1)
     norm_rows(st, a, &r, n, 1);
@@ -178,11 +178,11 @@ static inline void xent_row_apply(const mtf_step *st, float max, double sum, flo
   if (local >= 0 && local < len) out[local * stride] -= (1.0f - eps) * dy;
 }
 
-static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const rows *r, int64_t stride) {
+static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t stride) {
   const float *x = a->in[0];
   float *out = a->out;
   for (int64_t row = 0; row < r->count; row++) {
-    int64_t b = row_base(r, row);
+    int64_t b = mtf_row_base(r, row);
     switch (st->phase) {
       case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
         float m = xent_row_max(x + b, r->len, stride);
@@ -220,7 +220,7 @@ static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const
 static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
   if (st->phase == MTF_PHASE_SUM) return MTF_ERR_INVALID;
-  rows r = rows_of(&st->in_shape[0], st->params.xent.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
   if (r.inner == 1)
     xent_rows(st, a, &r, 1);
   else

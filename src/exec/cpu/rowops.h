@@ -10,27 +10,9 @@
 #include <stdint.h>
 
 #include "core/shape.h"
+#include "exec/rows.h"
 #include "exec/cpu/fastmath.h"
 
-/* The rows of a fused op over `dim`: every index of the other dims is a row; the dim has local size `len`
- * and stride `inner` within it. Row r starts at row_base(r). */
-typedef struct rows {
-  int64_t outer, len, inner, count; /* count = outer * inner rows */
-} rows;
-
-static inline rows rows_of(const mtf_shape *s, const char *dim) {
-  rows r = {1, 1, 1, 1};
-  int d = mtf_shape_index_of(s, dim);
-  for (int i = 0; i < s->rank; i++) {
-    if (i < d) r.outer *= s->dims[i].size;
-    if (i > d) r.inner *= s->dims[i].size;
-  }
-  r.len = d >= 0 ? s->dims[d].size : 1;
-  r.count = r.outer * r.inner;
-  return r;
-}
-
-static inline int64_t row_base(const rows *r, int64_t row) { return (row / r->inner) * r->len * r->inner + row % r->inner; }
 
 #define MTF_LANES 16
 #define MTF_ROW_BLOCK 1024 /* a multiple of MTF_LANES */

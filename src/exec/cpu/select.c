@@ -38,7 +38,7 @@ static inline void best_offer(best_list *b, float v, int64_t i) {
 
 typedef struct select_job {
   const mtf_step *st;
-  rows r;          /* rows of the input over the dim (APPLY: of the candidates) */
+  mtf_rows r;          /* rows of the input over the dim (APPLY: of the candidates) */
   int64_t k;       /* entries kept per row */
   int64_t out_inner; /* stride of k_dim in the output (1 past the dim for argmax: k is 1) */
   int64_t slot, parts; /* STATS: this rank's slot among parts */
@@ -50,7 +50,7 @@ typedef struct select_job {
 static void select_chunk(void *p, int64_t lo, int64_t hi) {
   select_job *job = p;
   const mtf_step *st = job->st;
-  const rows *r = &job->r;
+  const mtf_rows *r = &job->r;
   float value_stack[128];
   int64_t index_stack[128];
   best_list b = {job->k, 0, value_stack, index_stack};
@@ -71,7 +71,7 @@ static void select_chunk(void *p, int64_t lo, int64_t hi) {
       int64_t n = r->len / 2;
       for (int64_t j = 0; j < n; j++) best_offer(&b, c[j * count + row], (int64_t)c[(n + j) * count + row]);
     } else {
-      const float *x = job->in + row_base(r, row);
+      const float *x = job->in + mtf_row_base(r, row);
       for (int64_t j = 0; j < r->len; j++) best_offer(&b, x[j * stride], j);
     }
     if (st->phase == MTF_PHASE_STATS) { /* this rank's slot of the zeroed candidates, positions global */
@@ -100,11 +100,11 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
   select_job job = {.st = st, .k = k, .in = a->in[0], .out = a->out};
   if (st->phase == MTF_PHASE_APPLY) { /* rows: the candidates' trailing dims; len: all 2C of them */
     int64_t s = st->in_shape[0].dims[0].size;
-    job.r = (rows){1, s, mtf_shape_num_elements(&st->in_shape[0]) / s, mtf_shape_num_elements(&st->in_shape[0]) / s};
+    job.r = (mtf_rows){1, s, mtf_shape_num_elements(&st->in_shape[0]) / s, mtf_shape_num_elements(&st->in_shape[0]) / s};
   } else {
-    job.r = rows_of(&st->in_shape[0], st->params.top_k.dim);
+    job.r = mtf_rows_of(&st->in_shape[0], st->params.top_k.dim);
   }
-  job.out_inner = argmax ? 1 : rows_of(&st->out_shape, st->params.top_k.k_dim).inner;
+  job.out_inner = argmax ? 1 : mtf_rows_of(&st->out_shape, st->params.top_k.k_dim).inner;
   if (st->phase == MTF_PHASE_STATS) {
     job.k = k < job.r.len ? k : job.r.len;
     job.parts = st->out_shape.dims[0].size / (2 * job.k);
@@ -118,7 +118,7 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
 /* ---- running sums ---- */
 typedef struct scan_job {
   const mtf_step *st;
-  rows r;
+  mtf_rows r;
   int exclusive, reverse;
   int64_t slot, parts; /* split dim: this rank's slice among parts */
   const float *in, *totals; /* APPLY: [parts, rows] totals of every rank's slice */
@@ -128,10 +128,10 @@ typedef struct scan_job {
 /* Row by row in double (counts of routed tokens stay exact far beyond float's 2^24). */
 static void scan_chunk(void *p, int64_t lo, int64_t hi) {
   scan_job *job = p;
-  const rows *r = &job->r;
+  const mtf_rows *r = &job->r;
   int64_t s = r->inner, count = r->count;
   for (int64_t row = lo; row < hi; row++) {
-    const float *x = job->in + row_base(r, row);
+    const float *x = job->in + mtf_row_base(r, row);
     double sum = 0;
     if (job->st->phase == MTF_PHASE_STATS) { /* this rank's total in its slot */
       for (int64_t j = 0; j < r->len; j++) sum += x[j * s];
@@ -141,7 +141,7 @@ static void scan_chunk(void *p, int64_t lo, int64_t hi) {
     if (job->totals) /* start from the slices before this one (after it, reversed) */
       for (int64_t q = 0; q < job->parts; q++)
         if (job->reverse ? q > job->slot : q < job->slot) sum += job->totals[q * count + row];
-    float *y = job->out + row_base(r, row);
+    float *y = job->out + mtf_row_base(r, row);
     for (int64_t t = 0; t < r->len; t++) {
       int64_t j = job->reverse ? r->len - 1 - t : t;
       if (job->exclusive) {
@@ -158,7 +158,7 @@ static void scan_chunk(void *p, int64_t lo, int64_t hi) {
 /* WHOLE: the dim whole. Split dim: STATS writes this rank's row totals into its slot of [parts, rows], APPLY
  * scans the slice from the (allreduced) totals of the others. */
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  scan_job job = {.st = st, .r = rows_of(&st->in_shape[0], st->params.scan.dim), .exclusive = st->params.scan.exclusive,
+  scan_job job = {.st = st, .r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim), .exclusive = st->params.scan.exclusive,
                   .reverse = st->params.scan.reverse, .in = a->in[0], .out = a->out};
   job.slot = st->dim_offset / job.r.len;
   if (st->phase == MTF_PHASE_STATS) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(&st->out_shape), a->out);

@@ -2,18 +2,6 @@
 
 #include <string.h>
 
-void mtf_strides_by_name(const mtf_shape *walked, const mtf_shape *operand, int64_t *strides) {
-  int64_t own[MTF_MAX_RANK], stride = 1;
-  for (int d = operand->rank - 1; d >= 0; d--) {
-    own[d] = stride;
-    stride *= operand->dims[d].size;
-  }
-  for (int d = 0; d < walked->rank; d++) {
-    int j = mtf_shape_index_of(operand, walked->dims[d].name);
-    strides[d] = j >= 0 ? own[j] : 0;
-  }
-}
-
 void mtf_walk_init(mtf_walk *w, const mtf_shape *walked, int n, const mtf_shape *const *operands) {
   memset(w, 0, sizeof *w);
   w->n = n;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/shape.h"
+#include "exec/rows.h" /* mtf_strides_by_name */
 
 #define MTF_STRIDED_MAX_OPERANDS 3
 
@@ -21,8 +22,6 @@ typedef struct mtf_walk {
   int64_t inner;            /* the last dim */
 } mtf_walk;
 
-/* Strides of `operand` (row-major) for each dim of `walked`, matched by name; 0 where absent. */
-void mtf_strides_by_name(const mtf_shape *walked, const mtf_shape *operand, int64_t *strides);
 void mtf_walk_init(mtf_walk *w, const mtf_shape *walked, int n, const mtf_shape *const *operands);
 /* Drops size-1 dims and merges neighbouring dims that are contiguous for the walked tensor and every operand,
  * so the inner loop is as long as it can be (w.index then counts the merged dims: only for kernels that do

@@ -6,15 +6,7 @@
 #include <string.h>
 
 #include "exec/cpu/cpu.h"
-
-/* Element stride of dimension `name` in shape s (0 when s lacks it). */
-static int64_t stride_of(const mtf_shape *s, const char *name) {
-  int d = mtf_shape_index_of(s, name);
-  if (d < 0) return 0;
-  int64_t stride = 1;
-  for (int i = d + 1; i < s->rank; i++) stride *= s->dims[i].size;
-  return stride;
-}
+#include "exec/rows.h"
 
 static int k_write_at(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
@@ -23,7 +15,7 @@ static int k_write_at(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
   if (a->out != a->in[0]) memcpy(out, a->in[0], sizeof(float) * (size_t)mtf_shape_num_elements(x));
   int d = mtf_shape_index_of(x, st->params.along.dim);
   if (d < 0) return MTF_ERR_INVALID;
-  int64_t size = x->dims[d].size, stride = stride_of(x, st->params.along.dim);
+  int64_t size = x->dims[d].size, stride = mtf_stride_of(x, st->params.along.dim);
   /* The rows: x's other dims, walked in x's order with each operand's stride. */
   int n = 0;
   int64_t extent[MTF_MAX_RANK], xs[MTF_MAX_RANK], vs[MTF_MAX_RANK], ps[MTF_MAX_RANK], index[MTF_MAX_RANK] = {0};
@@ -31,9 +23,9 @@ static int k_write_at(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
     if (i == d) continue;
     const char *name = x->dims[i].name;
     extent[n] = x->dims[i].size;
-    xs[n] = stride_of(x, name);
-    vs[n] = stride_of(value, name);
-    ps[n] = stride_of(positions, name);
+    xs[n] = mtf_stride_of(x, name);
+    vs[n] = mtf_stride_of(value, name);
+    ps[n] = mtf_stride_of(positions, name);
     if (extent[n] == 0) return MTF_OK;
     n++;
   }

@@ -123,7 +123,7 @@ __device__ inline uint64_t mask_base(const att_problem &p, int64_t b) {
 
 /* The dropout factor of weight (i, j): 1 / keep or 0. */
 __device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t i, int64_t j) {
-  return k_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
+  return mtf_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
 }
 
 /* rows [row0, row0 + n) of a [L, D] operand into tile[n][D]. */

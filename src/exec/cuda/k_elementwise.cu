@@ -102,7 +102,7 @@ __global__ void k_random_keep_kernel(k_walk w, k_random_extent x, int64_t n, uin
       global += (rest % w.dims[d] + x.offsets[d]) * w.strides[0][d];
       rest /= w.dims[d];
     }
-    out[e] = k_uniform01(seed, key, (uint64_t)global) < keep ? 1.0f : 0.0f;
+    out[e] = mtf_uniform01(seed, key, (uint64_t)global) < keep ? 1.0f : 0.0f;
   }
 }
 

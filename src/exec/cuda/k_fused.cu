@@ -1,6 +1,6 @@
 /* CUDA kernels of the fused ops in each phase (softmax, log-softmax, layer/RMS norm, cross-entropy with
  * z-loss and label smoothing) and of the embedding's gather and scatter-add. A fused op's row (every index
- * of the other dims; the dim has local size len and stride inner, k_rows) is one block: its threads stride
+ * of the other dims; the dim has local size len and stride inner, mtf_rows) is one block: its threads stride
  * over the row, the row's maximum and sums are block reductions (sums in double, as the CPU's), and the
  * split phases write or read the statistics buffers the CPU kernels do (statistic i of row r at
  * i * rows + r). Rows beyond the grid's cap are taken in a grid-stride loop over rows. */
@@ -12,23 +12,23 @@ MTF_CUDA_BEGIN
 #define ROW_LOOP(row, r) for (int64_t row = blockIdx.x; row < (r).count; row += gridDim.x)
 #define ROW_ELEMENTS(j, r) for (int64_t j = threadIdx.x; j < (r).len; j += blockDim.x)
 
-__device__ inline float row_max(const float *p, const k_rows &r) {
+__device__ inline float row_max(const float *p, const mtf_rows &r) {
   float m = -INFINITY;
   ROW_ELEMENTS(j, r) m = k_max_step(m, p[j * r.inner]);
   return mtf_block_max(m);
 }
 
-__device__ inline double row_sum_exp(const float *p, const k_rows &r, float max) {
+__device__ inline double row_sum_exp(const float *p, const mtf_rows &r, float max) {
   double s = 0.0;
   ROW_ELEMENTS(j, r) s += (double)expf(p[j * r.inner] - max);
   return mtf_block_sum_double(s);
 }
 
 /* ---- softmax / log-softmax ---- */
-__global__ void k_softmax_kernel(k_rows r, int phase, int log_form, const float *x, const float *max_in,
+__global__ void k_softmax_kernel(mtf_rows r, int phase, int log_form, const float *x, const float *max_in,
                                  const float *sum_in, float *out) {
   ROW_LOOP(row, r) {
-    int64_t base = k_row_base(r, row);
+    int64_t base = mtf_row_base(&r, row);
     const float *p = x + base;
     float m;
     double sum;
@@ -58,7 +58,7 @@ __global__ void k_softmax_kernel(k_rows r, int phase, int log_form, const float 
 
 static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->phase == MTF_PHASE_SUM) return mtf_cuda_refuse(b, "softmax: no SUM phase");
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.along.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.along.dim);
   const float *max_in = st->phase >= MTF_PHASE_STATS ? (const float *)a->in[1] : NULL;
   const float *sum_in = st->phase == MTF_PHASE_APPLY ? (const float *)a->in[2] : NULL;
   MTF_LAUNCH(k_softmax_kernel, k_row_blocks(r.count), K_THREADS, 0, K_STREAM(b), r, (int)st->phase,
@@ -68,10 +68,10 @@ static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 
 /* ---- layer / RMS norm: (x - mean) * rsqrt(mean((x - mean)^2) + eps), mean 0 for RMS; n the dim's global
  * size; all in double as the CPU ---- */
-__global__ void k_norm_kernel(k_rows r, int phase, int layer, double n, float eps, const float *x, const float *in1,
+__global__ void k_norm_kernel(mtf_rows r, int phase, int layer, double n, float eps, const float *x, const float *in1,
                               const float *in2, float *out) {
   ROW_LOOP(row, r) {
-    int64_t base = k_row_base(r, row);
+    int64_t base = mtf_row_base(&r, row);
     const float *p = x + base;
     double mean = 0.0, squares = 0.0;
     if (phase == MTF_PHASE_WHOLE || phase == MTF_PHASE_SUM) {
@@ -110,7 +110,7 @@ __global__ void k_norm_kernel(k_rows r, int phase, int layer, double n, float ep
 
 static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->phase == MTF_PHASE_MAX) return mtf_cuda_refuse(b, "norm: no MAX phase");
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.norm.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.norm.dim);
   int layer = st->op == MTF_OP_LAYER_NORM;
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
   const float *in1 = st->phase >= MTF_PHASE_STATS ? (const float *)a->in[1] : NULL;
@@ -133,10 +133,10 @@ __device__ inline float xent_value(const xent_params &x, double lse, double targ
 }
 
 /* WHOLE (in: logits, labels), MAX (in: logits), STATS (in: logits, max, labels). */
-__global__ void k_xent_kernel(k_rows r, int phase, xent_params xp, const float *x, const float *max_in,
+__global__ void k_xent_kernel(mtf_rows r, int phase, xent_params xp, const float *x, const float *max_in,
                               const void *labels, int labels_i32, float *out) {
   ROW_LOOP(row, r) {
-    int64_t base = k_row_base(r, row);
+    int64_t base = mtf_row_base(&r, row);
     const float *p = x + base;
     float m = phase == MTF_PHASE_STATS ? max_in[row] : row_max(p, r);
     if (phase == MTF_PHASE_MAX) {
@@ -185,7 +185,7 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
                (const float *)a->in[0], (const float *)a->in[1], (float *)a->out);
     K_DONE(b, "softmax_cross_entropy");
   }
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.xent.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
   int li = st->phase == MTF_PHASE_STATS ? 2 : 1;
   const void *labels = st->phase == MTF_PHASE_MAX ? NULL : a->in[li];
   int labels_i32 = st->phase == MTF_PHASE_MAX ? 0 : st->in_dtype[li] == MTF_I32;

@@ -1,5 +1,5 @@
 /* CUDA kernels of the fused gradient ops (ops/fused_grad.c) in each phase, the CPU kernels' formulas: a
- * row (k_rows) is one block, its sums block reductions in double, the elementwise work in float. The split
+ * row (mtf_rows) is one block, its sums block reductions in double, the elementwise work in float. The split
  * phases' statistics buffers are [k, rows]: statistic i of row r at i * rows + r; the rank holding index 0
  * of the dim writes the values carried through the sum-allreduce, the others 0. */
 #include "exec/cuda/k_common.h"
@@ -11,10 +11,10 @@ MTF_CUDA_BEGIN
 #define ROW_ELEMENTS(j, r) for (int64_t j = threadIdx.x; j < (r).len; j += blockDim.x)
 
 /* ---- softmax / log-softmax: y * (dy - sum(dy * y)), dy - exp(y) * sum(dy); in: y, dy (, sum: APPLY) ---- */
-__global__ void k_softmax_grad_kernel(k_rows r, int phase, int log_form, const float *y, const float *dy,
+__global__ void k_softmax_grad_kernel(mtf_rows r, int phase, int log_form, const float *y, const float *dy,
                                       const float *sum_in, float *out) {
   ROW_LOOP(row, r) {
-    int64_t b = k_row_base(r, row);
+    int64_t b = mtf_row_base(&r, row);
     float sum;
     if (phase == MTF_PHASE_APPLY) {
       sum = sum_in[row];
@@ -41,7 +41,7 @@ __global__ void k_softmax_grad_kernel(k_rows r, int phase, int log_form, const f
 static int k_softmax_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->phase != MTF_PHASE_WHOLE && st->phase != MTF_PHASE_STATS && st->phase != MTF_PHASE_APPLY)
     return mtf_cuda_refuse(b, "softmax_grad: phase %d", (int)st->phase);
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.along.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.along.dim);
   MTF_LAUNCH(k_softmax_grad_kernel, k_row_blocks(r.count), K_THREADS, 0, K_STREAM(b), r, (int)st->phase,
              (int)(st->op == MTF_OP_LOG_SOFTMAX_GRAD), (const float *)a->in[0], (const float *)a->in[1],
              st->phase == MTF_PHASE_APPLY ? (const float *)a->in[2] : (const float *)NULL, (float *)a->out);
@@ -50,10 +50,10 @@ static int k_softmax_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_a
 
 /* ---- layer / RMS norm: dx = r (dy - c r^2 sum(dy c) / n - sum(dy) / n), c = x - mean (0 for RMS),
  * r = rsqrt(sum(c^2) / n + eps); in: x, dy (, sum x: STATS; statistics: APPLY) ---- */
-__global__ void k_norm_grad_kernel(k_rows r, int phase, int layer, double n, float eps, int carries, const float *x,
+__global__ void k_norm_grad_kernel(mtf_rows r, int phase, int layer, double n, float eps, int carries, const float *x,
                                    const float *dy, const float *in2, float *out) {
   ROW_LOOP(row, r) {
-    int64_t b = k_row_base(r, row);
+    int64_t b = mtf_row_base(&r, row);
     double sum_x = 0.0, squares, sum_dy, sum_dy_c;
     if (phase == MTF_PHASE_APPLY) {
       sum_x = in2[row];
@@ -106,7 +106,7 @@ __global__ void k_norm_grad_kernel(k_rows r, int phase, int layer, double n, flo
 
 static int k_norm_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->phase == MTF_PHASE_MAX) return mtf_cuda_refuse(b, "norm_grad: no MAX phase");
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.norm.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.norm.dim);
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
   int layer = st->op == MTF_OP_LAYER_NORM_GRAD;
   const float *in2 = st->phase >= MTF_PHASE_STATS ? (const float *)a->in[2] : NULL;
@@ -126,10 +126,10 @@ typedef struct xent_grad_params {
   int carries;
 } xent_grad_params;
 
-__global__ void k_xent_grad_kernel(k_rows r, int phase, xent_grad_params xp, const float *x, const void *labels,
+__global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, const float *x, const void *labels,
                                    int labels_i32, const float *in1, const float *in2, float *out) {
   ROW_LOOP(row, r) {
-    int64_t b = k_row_base(r, row);
+    int64_t b = mtf_row_base(&r, row);
     float m, dy;
     double sum;
     if (phase == MTF_PHASE_APPLY) {
@@ -177,7 +177,7 @@ __global__ void k_xent_grad_kernel(k_rows r, int phase, xent_grad_params xp, con
 
 static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->phase == MTF_PHASE_SUM) return mtf_cuda_refuse(b, "softmax_cross_entropy_grad: no SUM phase");
-  k_rows r = k_rows_of(&st->in_shape[0], st->params.xent.dim);
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
   xent_grad_params xp = {st->params.xent.z_loss, st->params.xent.label_smoothing, (double)st->params.xent.vocab,
                          st->dim_offset, st->dim_offset == 0};
   int has_labels = st->phase == MTF_PHASE_WHOLE || st->phase == MTF_PHASE_APPLY;

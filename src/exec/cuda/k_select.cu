@@ -20,7 +20,7 @@ __device__ inline bool ranks_before(float v, int64_t i, float u, int64_t j) {
 }
 
 typedef struct select_params {
-  k_rows r;          /* rows of the input over the dim (APPLY: of the candidates) */
+  mtf_rows r;          /* rows of the input over the dim (APPLY: of the candidates) */
   int phase, indices;
   int64_t k, out_inner;
   int64_t slot, parts, dim_offset; /* STATS: this rank's slot among parts */
@@ -29,10 +29,10 @@ typedef struct select_params {
 __global__ void k_select_kernel(select_params sp, const float *in, void *out) {
   __shared__ float values[K_THREADS];
   __shared__ int64_t positions[K_THREADS];
-  const k_rows &r = sp.r;
+  const mtf_rows &r = sp.r;
   int64_t count = r.count;
   for (int64_t row = blockIdx.x; row < count; row += gridDim.x) {
-    const float *x = in + k_row_base(r, row);
+    const float *x = in + mtf_row_base(&r, row);
     int64_t n = sp.phase == MTF_PHASE_APPLY ? r.len / 2 : r.len;
     float prev_v = 0.0f;
     int64_t prev_i = -1;
@@ -96,9 +96,9 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
     sp.r.inner = rest;
     sp.r.count = rest;
   } else {
-    sp.r = k_rows_of(&st->in_shape[0], st->params.top_k.dim);
+    sp.r = mtf_rows_of(&st->in_shape[0], st->params.top_k.dim);
   }
-  sp.out_inner = argmax ? 1 : k_rows_of(&st->out_shape, st->params.top_k.k_dim).inner;
+  sp.out_inner = argmax ? 1 : mtf_rows_of(&st->out_shape, st->params.top_k.k_dim).inner;
   if (st->phase == MTF_PHASE_STATS) {
     sp.k = sp.k < sp.r.len ? sp.k : sp.r.len;
     sp.parts = st->out_shape.dims[0].size / (2 * sp.k);
@@ -113,16 +113,16 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
 
 /* ---- running sums ---- */
 typedef struct scan_params {
-  k_rows r;
+  mtf_rows r;
   int phase, exclusive, reverse;
   int64_t slot, parts;
 } scan_params;
 
 __global__ void k_scan_kernel(scan_params sp, const float *in, const float *totals, float *out) {
-  const k_rows &r = sp.r;
+  const mtf_rows &r = sp.r;
   int64_t s = r.inner, count = r.count;
   MTF_GRID_STRIDE(row, count) {
-    const float *x = in + k_row_base(r, row);
+    const float *x = in + mtf_row_base(&r, row);
     double sum = 0.0;
     if (sp.phase == MTF_PHASE_STATS) { /* this rank's total in its slot */
       for (int64_t j = 0; j < r.len; j++) sum += x[j * s];
@@ -132,7 +132,7 @@ __global__ void k_scan_kernel(scan_params sp, const float *in, const float *tota
     if (totals) /* start from the slices before this one (after it, reversed) */
       for (int64_t q = 0; q < sp.parts; q++)
         if (sp.reverse ? q > sp.slot : q < sp.slot) sum += totals[q * count + row];
-    float *y = out + k_row_base(r, row);
+    float *y = out + mtf_row_base(&r, row);
     for (int64_t t = 0; t < r.len; t++) {
       int64_t j = sp.reverse ? r.len - 1 - t : t;
       if (sp.exclusive) {
@@ -149,7 +149,7 @@ __global__ void k_scan_kernel(scan_params sp, const float *in, const float *tota
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   scan_params sp;
   memset(&sp, 0, sizeof sp);
-  sp.r = k_rows_of(&st->in_shape[0], st->params.scan.dim);
+  sp.r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim);
   sp.phase = (int)st->phase;
   sp.exclusive = st->params.scan.exclusive;
   sp.reverse = st->params.scan.reverse;

@@ -7,15 +7,6 @@
 
 MTF_CUDA_BEGIN
 
-/* Element stride of dimension `name` in shape s (0 when s lacks it). */
-static int64_t stride_of(const mtf_shape *s, const char *name) {
-  int d = mtf_shape_index_of(s, name);
-  if (d < 0) return 0;
-  int64_t stride = 1;
-  for (int i = d + 1; i < s->rank; i++) stride *= s->dims[i].size;
-  return stride;
-}
-
 /* The rows: x's dims but the written one, each with x's, the value's and the positions' stride. */
 typedef struct write_rows {
   int n;
@@ -48,16 +39,16 @@ static int k_write_at(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
   write_rows w;
   memset(&w, 0, sizeof w);
   w.size = x->dims[d].size;
-  w.stride = stride_of(x, st->params.along.dim);
+  w.stride = mtf_stride_of(x, st->params.along.dim);
   w.dim_offset = st->dim_offset;
   w.count = 1;
   for (int i = 0; i < x->rank; i++) {
     if (i == d) continue;
     const char *name = x->dims[i].name;
     w.extent[w.n] = x->dims[i].size;
-    w.xs[w.n] = stride_of(x, name);
-    w.vs[w.n] = stride_of(value, name);
-    w.ps[w.n] = stride_of(positions, name);
+    w.xs[w.n] = mtf_stride_of(x, name);
+    w.vs[w.n] = mtf_stride_of(value, name);
+    w.ps[w.n] = mtf_stride_of(positions, name);
     w.count *= x->dims[i].size;
     w.n++;
   }
