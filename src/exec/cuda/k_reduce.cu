@@ -61,22 +61,21 @@ static k_reduce_axes reduce_axes(const mtf_shape *in, const mtf_shape *out) {
   return a;
 }
 
-__device__ inline int64_t kept_offset(const k_reduce_axes &a, int64_t e) {
+/* The offset of index i of n merged axes (sizes, strides), the last axis fastest: the kept and the reduced
+ * axes are walked alike. */
+__device__ inline int64_t axes_offset(int n, const int64_t *size, const int64_t *stride, int64_t i) {
   int64_t off = 0;
-  for (int d = a.n_kept - 1; d >= 0; d--) {
-    off += (e % a.kept_size[d]) * a.kept_stride[d];
-    e /= a.kept_size[d];
+  for (int d = n - 1; d >= 0; d--) {
+    off += (i % size[d]) * stride[d];
+    i /= size[d];
   }
   return off;
 }
-
+__device__ inline int64_t kept_offset(const k_reduce_axes &a, int64_t e) {
+  return axes_offset(a.n_kept, a.kept_size, a.kept_stride, e);
+}
 __device__ inline int64_t reduced_offset(const k_reduce_axes &a, int64_t r) {
-  int64_t off = 0;
-  for (int d = a.n_reduced - 1; d >= 0; d--) {
-    off += (r % a.reduced_size[d]) * a.reduced_stride[d];
-    r /= a.reduced_size[d];
-  }
-  return off;
+  return axes_offset(a.n_reduced, a.reduced_size, a.reduced_stride, r);
 }
 
 /* One thread per output element. */
