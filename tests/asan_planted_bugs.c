@@ -12,6 +12,7 @@ int main(int argc, char **argv) {
     size_t size = (size_t)(argc + 6); /* 8, unknown to the compiler */
     char *buf = malloc(size);
     memset(buf, 0, size + 1);
+    leaked[1] = buf[size - 1]; /* read back: at -O1 a buffer written and freed unread is optimised away */
     free(buf);
   }
   if (argc > 1 && strcmp(argv[1], "leak") == 0) leaked = NULL;

@@ -3,12 +3,15 @@
 # --no-cache, 1 rank x 1 thread vs m:2 (2 ranks x 1 thread; heads, d_ff and vocab split), on a model whose
 # decode step is memory-bound (8 layers, d_model 1024, d_ff 4096, length 512: 100M weights, 400 MB read
 # per token). The weights are the random initialisation after one training step (a checkpoint is needed).
-# usage: tools/bench_generate.sh [BUILD_DIR] [WORK_DIR] [all|b1]   (one line per case; b1: only the two cached
-# batch-1 cases, 1 rank and m:2, back to back: on a shared machine, repeat it to find quiet moments)
+# usage: tools/bench_generate.sh [BUILD_DIR] [WORK_DIR] [all|b1|pairs N]   (one line per case; b1: only the two
+# cached batch-1 cases, 1 rank and m:2, back to back; pairs N: those two cases N times in turn, each pair's
+# ratio of medians and the median, lowest and highest of the N ratios: the machine's memory bandwidth drifts
+# from minute to minute, so a ratio is only fair between runs made back to back)
 set -eu
 BUILD=${1:-build}
 WORK=${2:-/tmp/mtf-bench-generate}
 CASES=${3:-all}
+PAIRS=${4:-5}
 MTF=$BUILD/src/mtf
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 OPENBLAS_NUM_THREADS=1
 MODEL=(--set model.layers=8 --set model.d_model=1024 --set model.d_ff=4096 --set model.heads=16 --set model.d_kv=64
@@ -38,10 +41,30 @@ import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.startswith('{')]
 steps = rows[0]['step_ms']
 later = sorted(steps[1:])
-print('%-24s TTFT %9.1f ms   ms/token median %9.2f  min %9.2f  (%d steps)' % ('$name', steps[0], later[len(later) // 2], later[0], len(later)))"
+print('%-24s TTFT %9.1f ms   ms/token median %9.2f  min %9.2f  (%d steps)' % ('$name', steps[0], later[len(later) // 2], later[0], len(later)))
+open('$WORK/last_median', 'w').write('%.4f' % later[len(later) // 2])"
 }
 uptime | sed 's/^/# /'
 lscpu | grep -E "Model name|^CPU\(s\)|Thread|L3" | sed 's/^/# /'
+if [ "$CASES" = pairs ]; then
+  ratios=()
+  for i in $(seq 1 "$PAIRS"); do
+    run_case "cached  b1 1rank x1" 1 - 1 33
+    one=$(cat "$WORK/last_median")
+    run_case "cached  b1 m:2 (2x1)" 2 m:2 1 33
+    two=$(cat "$WORK/last_median")
+    ratios+=("$(python3 -c "print('%.3f' % ($one / $two))")")
+    echo "pair $i: 1 rank / m:2 = ${ratios[-1]}x"
+  done
+  python3 -c "
+import sys
+r = sorted(float(x) for x in sys.argv[1:])
+n = len(r)
+median = r[n // 2] if n % 2 else (r[n // 2 - 1] + r[n // 2]) / 2
+print('pairs %d: median ratio %.2fx, lowest %.2fx, highest %.2fx, %d of %d at or above 1.5x' % (n, median, r[0], r[-1], sum(x >= 1.5 for x in r), n))" "${ratios[@]}"
+  uptime | sed 's/^/# /'
+  exit 0
+fi
 run_case "cached  b1 1rank x1" 1 - 1 33
 run_case "cached  b1 m:2 (2x1)" 2 m:2 1 33
 if [ "$CASES" = b1 ]; then

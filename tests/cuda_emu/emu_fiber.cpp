@@ -238,7 +238,7 @@ cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStr
                              void *closure) {
   (void)stream;
   unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-  char detail[200];
+  char detail[320]; /* the message with ten %u fields at their widest */
   if (threads == 0 || threads > MAX_THREADS || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.y > 65535 || grid.z > 65535) {
     snprintf(detail, sizeof detail, "launch of grid (%u, %u, %u) x block (%u, %u, %u): invalid configuration", grid.x,
