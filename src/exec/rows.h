@@ -31,13 +31,19 @@ static inline MTF_HOST_DEVICE int64_t mtf_row_base(const mtf_rows *r, int64_t ro
   return (row / r->inner) * r->len * r->inner + row % r->inner;
 }
 
+/* The row-major element strides of s's dims. */
+static inline void mtf_row_major_strides(const mtf_shape *s, int64_t *strides) {
+  int64_t stride = 1;
+  for (int d = s->rank - 1; d >= 0; d--) {
+    strides[d] = stride;
+    stride *= s->dims[d].size;
+  }
+}
+
 /* Row-major strides of `operand` for each dim of `walked`, matched by name (0 where absent). */
 static inline void mtf_strides_by_name(const mtf_shape *walked, const mtf_shape *operand, int64_t *strides) {
-  int64_t own[MTF_MAX_RANK], stride = 1;
-  for (int d = operand->rank - 1; d >= 0; d--) {
-    own[d] = stride;
-    stride *= operand->dims[d].size;
-  }
+  int64_t own[MTF_MAX_RANK];
+  mtf_row_major_strides(operand, own);
   for (int d = 0; d < walked->rank; d++) {
     int j = mtf_shape_index_of(operand, walked->dims[d].name);
     strides[d] = j >= 0 ? own[j] : 0;

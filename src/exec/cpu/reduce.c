@@ -54,12 +54,9 @@ static void cursor_next(const axes *a, cursor *c) {
 
 /* The input's dims as axes (row-major input strides, output strides by name), simplified. */
 static void axes_make(const mtf_shape *in_shape, const mtf_shape *out_shape, axes *a) {
-  int64_t out_strides[MTF_MAX_RANK], stride = 1, in_strides[MTF_MAX_RANK];
+  int64_t out_strides[MTF_MAX_RANK], in_strides[MTF_MAX_RANK];
   mtf_strides_by_name(in_shape, out_shape, out_strides);
-  for (int d = in_shape->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= in_shape->dims[d].size;
-  }
+  mtf_row_major_strides(in_shape, in_strides);
   a->n = 0;
   for (int d = 0; d < in_shape->rank; d++) {
     int64_t size = in_shape->dims[d].size;

@@ -37,17 +37,11 @@ static void merge_axes(int *n, int64_t *size, int64_t *stride) {
 static k_reduce_axes reduce_axes(const mtf_shape *in, const mtf_shape *out) {
   k_reduce_axes a;
   memset(&a, 0, sizeof a);
-  int64_t in_strides[MTF_MAX_RANK], stride = 1;
-  for (int d = in->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= in->dims[d].size;
-  }
-  for (int d = 0; d < out->rank; d++) {
-    int j = mtf_shape_index_of(in, out->dims[d].name);
-    a.kept_size[a.n_kept] = out->dims[d].size;
-    a.kept_stride[a.n_kept] = j >= 0 ? in_strides[j] : 0;
-    a.n_kept++;
-  }
+  int64_t in_strides[MTF_MAX_RANK];
+  mtf_row_major_strides(in, in_strides);
+  mtf_strides_by_name(out, in, a.kept_stride);
+  for (int d = 0; d < out->rank; d++) a.kept_size[d] = out->dims[d].size;
+  a.n_kept = out->rank;
   a.reduced_count = 1;
   for (int d = 0; d < in->rank; d++) {
     if (mtf_shape_index_of(out, in->dims[d].name) >= 0 || in->dims[d].size == 1) continue;
