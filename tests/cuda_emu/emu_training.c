@@ -16,25 +16,9 @@
 #include <string.h>
 
 #include "../check.h"
-#include "comm/mpi_comm.h"
-#include "run/program.h"
+#include "../train_steps.h"
 
 enum { MAX_STEPS = 64 };
-
-static int configure(mtf_config *cfg, const char *path, const char *mesh, const char *layout, const char *optimizer,
-                     mtf_error *err) {
-  char set_mesh[256], set_layout[512], set_optimizer[128];
-  snprintf(set_mesh, sizeof set_mesh, "mesh.shape=%s", mesh);
-  snprintf(set_layout, sizeof set_layout, "mesh.layout=%s", layout);
-  snprintf(set_optimizer, sizeof set_optimizer, "train.optimizer=%s", optimizer);
-  mtf_config_defaults(cfg);
-  MTF_CHECK(mtf_config_load_file(cfg, path, err));
-  MTF_CHECK(mtf_config_set(cfg, set_mesh, err));
-  MTF_CHECK(mtf_config_set(cfg, set_layout, err));
-  MTF_CHECK(mtf_config_set(cfg, set_optimizer, err));
-  MTF_CHECK(mtf_config_set(cfg, "model.dropout=0.1", err));
-  return mtf_config_validate(cfg, err);
-}
 
 /* Step s's batch: token and target ids from a hash of (step, position), the same for both backends. */
 static void batch_of(int step, int64_t n, int64_t vocab, int32_t *tokens, int32_t *targets) {
@@ -52,37 +36,12 @@ static int tf32;
 static int train(const mtf_config *cfg, const char *backend, int steps, double *losses, mtf_error *err) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  mtf_program p;
-  MTF_CHECK(mtf_program_build(cfg, rank, &p, err));
-  mtf_comm *comm = NULL;
-  mtf_session *s = NULL;
   int reduced = strcmp(backend, "cpu") != 0;
   mtf_session_options options = {.backend = backend,
                                  .poison_freed = 1,
                                  .precision = reduced ? precision : MTF_PRECISION_FP32,
                                  .tf32 = reduced && tf32};
-  int rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);
-  if (rc == MTF_OK) rc = mtf_session_create(p.train_plan, comm, &options, &s, err);
-  int64_t n = (int64_t)cfg->train.batch * cfg->model.length;
-  int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n), *targets = malloc(sizeof(int32_t) * (size_t)n);
-  for (int step = 0; rc == MTF_OK && step < steps; step++) {
-    float lr = 3e-3f, t = (float)(step + 1), loss = NAN;
-    batch_of(step, n, cfg->model.vocab, tokens, targets);
-    mtf_session_set_random_offset(s, (uint64_t)step);
-    rc = mtf_session_set_input(s, p.learning_rate, &lr, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input(s, p.step, &t, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.tokens, tokens, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.targets, targets, err);
-    if (rc == MTF_OK) rc = mtf_session_run(s, err);
-    if (rc == MTF_OK) rc = mtf_session_fetch(s, p.train_model.loss, &loss, err);
-    losses[step] = loss;
-  }
-  free(tokens);
-  free(targets);
-  mtf_session_destroy(s);
-  mtf_comm_destroy(comm);
-  mtf_program_free(&p);
-  return rc;
+  return test_train_steps(cfg, rank, &options, 3e-3f, batch_of, steps, losses, err);
 }
 
 int main(int argc, char **argv) {
@@ -104,7 +63,7 @@ int main(int argc, char **argv) {
   if (steps < 1 || steps > MAX_STEPS) steps = 20;
   mtf_config cfg;
   mtf_error err = {0};
-  int rc = configure(&cfg, config, mesh, layout, optimizer, &err);
+  int rc = test_train_configure(&cfg, config, mesh, layout, optimizer, NULL, &err);
   if (rc != MTF_OK) fprintf(stderr, "config: %s\n", err.msg);
   CHECK(rc == MTF_OK);
   double want[MAX_STEPS], got[MAX_STEPS];

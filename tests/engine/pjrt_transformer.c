@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../check.h"
+#include "../train_steps.h"
 #include "comm/mpi_comm.h"
 #include "exec/pjrt/program.h"
 #include "run/program.h"
@@ -27,18 +28,7 @@
 static const char *optimizer = "adamw";
 
 static int configure(mtf_config *cfg, const char *path, const char *mesh, const char *layout, mtf_error *err) {
-  char set_mesh[256], set_layout[512], set_optimizer[128];
-  snprintf(set_optimizer, sizeof set_optimizer, "train.optimizer=%s", optimizer);
-  snprintf(set_mesh, sizeof set_mesh, "mesh.shape=%s", mesh);
-  snprintf(set_layout, sizeof set_layout, "mesh.layout=%s", layout);
-  mtf_config_defaults(cfg);
-  MTF_CHECK(mtf_config_load_file(cfg, path, err));
-  MTF_CHECK(mtf_config_set(cfg, set_mesh, err));
-  MTF_CHECK(mtf_config_set(cfg, set_layout, err));
-  MTF_CHECK(mtf_config_set(cfg, "model.dropout=0.1", err));
-  MTF_CHECK(mtf_config_set(cfg, "train.batch=8", err));
-  MTF_CHECK(mtf_config_set(cfg, set_optimizer, err));
-  return mtf_config_validate(cfg, err);
+  return test_train_configure(cfg, path, mesh, layout, optimizer, "train.batch=8", err);
 }
 
 /* Token ids of step s: a fixed function of (step, position), within the vocabulary. */
@@ -53,33 +43,8 @@ static void tokens_of(int step, int64_t n, int64_t vocab, int32_t *tokens, int32
 static int cpu_losses(const char *path, int steps, double *losses, mtf_error *err) {
   mtf_config cfg;
   MTF_CHECK(configure(&cfg, path, "m:1", "", err));
-  mtf_program p;
-  MTF_CHECK(mtf_program_build(&cfg, 0, &p, err));
-  mtf_comm *comm = NULL;
-  mtf_session *s = NULL;
   mtf_session_options options = {.backend = "cpu"};
-  int rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg.mesh_shape, &comm, err);
-  if (rc == MTF_OK) rc = mtf_session_create(p.train_plan, comm, &options, &s, err);
-  int64_t n = (int64_t)cfg.train.batch * cfg.model.length;
-  int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n), *targets = malloc(sizeof(int32_t) * (size_t)n);
-  for (int step = 0; rc == MTF_OK && step < steps; step++) {
-    float lr = 1e-2f, t = (float)(step + 1), loss;
-    tokens_of(step, n, cfg.model.vocab, tokens, targets);
-    mtf_session_set_random_offset(s, (uint64_t)step);
-    rc = mtf_session_set_input(s, p.learning_rate, &lr, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input(s, p.step, &t, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.tokens, tokens, err);
-    if (rc == MTF_OK) rc = mtf_session_set_input_int(s, p.train_model.targets, targets, err);
-    if (rc == MTF_OK) rc = mtf_session_run(s, err);
-    if (rc == MTF_OK) rc = mtf_session_fetch(s, p.train_model.loss, &loss, err);
-    losses[step] = loss;
-  }
-  free(tokens);
-  free(targets);
-  mtf_session_destroy(s);
-  mtf_comm_destroy(comm);
-  mtf_program_free(&p);
-  return rc;
+  return test_train_steps(&cfg, 0, &options, 1e-2f, tokens_of, steps, losses, err);
 }
 
 /* The same steps on pjrt: the program's graph (rank 0's build), the train plan of every mesh rank made as
