@@ -29,11 +29,9 @@ while [ $# -gt 0 ]; do
 done
 [ "$steps" -ge 1 ] && [ "$rounds" -ge 1 ] || { echo "bench_pjrt: --steps and --rounds must be >= 1" >&2; exit 2; }
 config=configs/bench/small-gpt.yaml
-MTF=${MTF:-build/src/mtf}
-SGEMM=${MTF_BENCH_SGEMM:-build/src/mtf_bench_sgemm}
-for exe in "$MTF" "$SGEMM"; do
-  [ -x "$exe" ] || { echo "bench_pjrt: $exe not found: build first (cmake -S . -B build && cmake --build build -j)" >&2; exit 1; }
-done
+BENCH=bench_pjrt
+source tools/bench_lib.sh
+bench_check_build
 "$MTF" --version --set backend.kind=pjrt --set backend.local_devices=2 > /dev/null 2>&1 ||
   { echo "bench_pjrt: $MTF has no working pjrt backend: bash tools/install-deps.sh --pjrt, then rebuild" >&2; exit 1; }
 # The arithmetic (medians, table) is bench_peers.py's; it needs only the standard library, torch only for its rows.
@@ -44,58 +42,11 @@ for candidate in "${PYTHON:-}" /usr/bin/python3 python3; do
 done
 [ -n "$PY" ] || { echo "bench_pjrt: no python with torch (apt-get install python3-torch, or --no-torch)" >&2; exit 1; }
 
-tmp=$(mktemp -d /tmp/mtf-bench-pjrt.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-"$MTF" data synth --task add --output "$tmp/data" --examples 20000 --length 8 --force > /dev/null
-
-echo "bench_pjrt: $config, $rounds round(s) of $warmup warm-up + $(( (steps + rounds - 1) / rounds )) timed steps per setup, $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_prepare
 echo "mtf: $("$MTF" --version | head -1); $("$MTF" --version --set backend.kind=pjrt 2>/dev/null | grep -E '^pjrt (plugin|platform)' | tr '\n' ' ')"
 [ "$torch" = 1 ] && echo "python: $PY, torch $("$PY" -c 'import torch; print(torch.__version__)')"
+bench_ceilings
 
-ceiling() { # LABEL THREADS RANKS MPIEXEC-OPTIONS...
-  local label=$1 threads=$2 ranks=$3; shift 3
-  local line
-  line=$(OPENBLAS_NUM_THREADS=$threads mpiexec "$@" -n "$ranks" "$SGEMM" 2048 5)
-  printf '%s\t%s\t%s\n' "$label" "$(sed -n 's/.*, sum \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$line")" "$line" >> "$tmp/ceilings.tsv"
-}
-ceiling "1 process x 2 threads" 2 1 --bind-to none
-ceiling "2 processes x 1 thread" 1 2
-
-per_round=$(( (steps + rounds - 1) / rounds ))
-total=$((warmup + per_round))
-load() { cut -d' ' -f1 /proc/loadavg; }
-spread() { # the run's own median and range, from the last line bench_peers.py wrote
-  tail -n 1 "$tmp/results.jsonl" | "$PY" -c 'import json, sys; r = json.loads(sys.stdin.read()); s = r["step_ms"]
-print("   %s: median %.1f ms of %d steps, range %.1f-%.1f" % (r["setup"], r["median_ms"], len(s), min(s), max(s)))' >&2
-}
-run_mtf() { # ROUND NAME RANKS THREADS MESH LAYOUT BACKEND-ARGS (one word) MPIEXEC-OPTIONS...
-  local round=$1 name=$2 ranks=$3 threads=$4 mesh=$5 layout=$6 backend=$7; shift 7
-  local dir="$tmp/run-$round-${name//[^a-z0-9]/_}" before
-  before=$(load)
-  echo "== round $round: mtf, $name (load $before)" >&2
-  local -a extra
-  read -r -a extra <<< "$backend"
-  if ! OPENBLAS_NUM_THREADS=$threads mpiexec "$@" -n "$ranks" "$MTF" train --fresh "$config" \
-        --set "data.train=$tmp/data/train-*.h5" --set "train.steps=$total" "${extra[@]}" \
-        --mesh "$mesh" --layout "$layout" --set "run.dir=$dir" > "$dir.log" 2>&1; then
-    tail -20 "$dir.log" >&2
-    echo "bench_pjrt: mtf failed ($name)" >&2
-    exit 1
-  fi
-  grep -E "^(backend: |pjrt threads: )" "$dir.log" >&2 || true
-  "$PY" tools/bench_peers.py mtf "$dir" --config "$config" --name "mtf, $name" --warmup "$warmup" --procs "$ranks" \
-    --threads "$threads" --load "$before" >> "$tmp/results.jsonl"
-  spread
-}
-run_torch() { # ROUND PROCS THREADS
-  echo "== round $1: PyTorch, $2 process(es) x $3 thread(s) (load $(load))" >&2
-  OPENBLAS_NUM_THREADS=$3 OMP_NUM_THREADS=$3 "$PY" tools/bench_peers.py torch --config "$config" --procs "$2" \
-    --threads "$3" --steps "$per_round" --warmup "$warmup" --out "$tmp/torch.json"
-  cat "$tmp/torch.json" >> "$tmp/results.jsonl"
-  spread
-}
 # pjrt: one process owns both devices, so threads = 2 (the plugin's threads share the 2 cores); --bind-to none
 # lets them use both cores.
 pjrt="--set backend.kind=pjrt --set backend.local_devices=2"
@@ -107,12 +58,4 @@ setups=(
   'run_mtf $r "cpu 1 rank x 2 threads" 1 2 "" "" "--set backend.threads=2" --bind-to none'
 )
 [ "$torch" = 1 ] && setups+=('run_torch $r 1 2' 'run_torch $r 2 1')
-for r in $(seq "$rounds"); do
-  order=$(seq 0 $((${#setups[@]} - 1)))
-  [ $((r % 2)) = 0 ] && order=$(seq $((${#setups[@]} - 1)) -1 0)
-  for i in $order; do eval "${setups[$i]}"; done
-done
-
-echo
-"$PY" tools/bench_peers.py table --config "$config" "$tmp/results.jsonl" "$tmp/ceilings.tsv"
-echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_rounds_and_table
