@@ -117,56 +117,32 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
 
 /* ---- running sums ---- */
 typedef struct scan_job {
-  const mtf_step *st;
-  mtf_rows r;
-  int exclusive, reverse;
-  int64_t slot, parts; /* split dim: this rank's slice among parts */
-  const float *in, *totals; /* APPLY: [parts, rows] totals of every rank's slice */
+  mtf_scan_spec spec;
+  const float *in, *totals;
   float *out;
 } scan_job;
 
-/* Row by row in double (counts of routed tokens stay exact far beyond float's 2^24). */
 static void scan_chunk(void *p, int64_t lo, int64_t hi) {
-  scan_job *job = p;
-  const mtf_rows *r = &job->r;
-  int64_t s = r->inner, count = r->count;
-  for (int64_t row = lo; row < hi; row++) {
-    const float *x = job->in + mtf_row_base(r, row);
-    double sum = 0;
-    if (job->st->phase == MTF_PHASE_STATS) { /* this rank's total in its slot */
-      for (int64_t j = 0; j < r->len; j++) sum += x[j * s];
-      job->out[job->slot * count + row] = (float)sum;
-      continue;
-    }
-    if (job->totals) /* start from the slices before this one (after it, reversed) */
-      for (int64_t q = 0; q < job->parts; q++)
-        if (job->reverse ? q > job->slot : q < job->slot) sum += job->totals[q * count + row];
-    float *y = job->out + mtf_row_base(r, row);
-    for (int64_t t = 0; t < r->len; t++) {
-      int64_t j = job->reverse ? r->len - 1 - t : t;
-      if (job->exclusive) {
-        y[j * s] = (float)sum;
-        sum += x[j * s];
-      } else {
-        sum += x[j * s];
-        y[j * s] = (float)sum;
-      }
-    }
-  }
+  const scan_job *job = p;
+  for (int64_t row = lo; row < hi; row++) mtf_scan_row(&job->spec, row, job->in, job->totals, job->out);
 }
 
 /* WHOLE: the dim whole. Split dim: STATS writes this rank's row totals into its slot of [parts, rows], APPLY
  * scans the slice from the (allreduced) totals of the others. */
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  scan_job job = {.st = st, .r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim), .exclusive = st->params.scan.exclusive,
-                  .reverse = st->params.scan.reverse, .in = a->in[0], .out = a->out};
-  job.slot = st->dim_offset / job.r.len;
-  if (st->phase == MTF_PHASE_STATS) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(&st->out_shape), a->out);
+  scan_job job = {.in = a->in[0], .out = a->out};
+  mtf_scan_spec *sp = &job.spec;
+  sp->r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim);
+  sp->stats = st->phase == MTF_PHASE_STATS;
+  sp->exclusive = st->params.scan.exclusive;
+  sp->reverse = st->params.scan.reverse;
+  sp->slot = st->dim_offset / (sp->r.len ? sp->r.len : 1);
+  if (sp->stats) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(&st->out_shape), a->out);
   if (st->phase == MTF_PHASE_APPLY) {
     job.totals = a->in[1];
-    job.parts = st->in_shape[1].dims[0].size;
+    sp->parts = st->in_shape[1].dims[0].size;
   }
-  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, job.r.count * job.r.len), job.r.count, scan_chunk, &job);
+  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, sp->r.count * sp->r.len), sp->r.count, scan_chunk, &job);
   return MTF_OK;
 }
 

@@ -112,50 +112,20 @@ static int k_select(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
 }
 
 /* ---- running sums ---- */
-typedef struct scan_params {
-  mtf_rows r;
-  int phase, exclusive, reverse;
-  int64_t slot, parts;
-} scan_params;
-
-__global__ void k_scan_kernel(scan_params sp, const float *in, const float *totals, float *out) {
-  const mtf_rows &r = sp.r;
-  int64_t s = r.inner, count = r.count;
-  MTF_GRID_STRIDE(row, count) {
-    const float *x = in + mtf_row_base(&r, row);
-    double sum = 0.0;
-    if (sp.phase == MTF_PHASE_STATS) { /* this rank's total in its slot */
-      for (int64_t j = 0; j < r.len; j++) sum += x[j * s];
-      out[sp.slot * count + row] = (float)sum;
-      continue;
-    }
-    if (totals) /* start from the slices before this one (after it, reversed) */
-      for (int64_t q = 0; q < sp.parts; q++)
-        if (sp.reverse ? q > sp.slot : q < sp.slot) sum += totals[q * count + row];
-    float *y = out + mtf_row_base(&r, row);
-    for (int64_t t = 0; t < r.len; t++) {
-      int64_t j = sp.reverse ? r.len - 1 - t : t;
-      if (sp.exclusive) {
-        y[j * s] = (float)sum;
-        sum += x[j * s];
-      } else {
-        sum += x[j * s];
-        y[j * s] = (float)sum;
-      }
-    }
-  }
+__global__ void k_scan_kernel(mtf_scan_spec sp, const float *in, const float *totals, float *out) {
+  MTF_GRID_STRIDE(row, sp.r.count) mtf_scan_row(&sp, row, in, totals, out);
 }
 
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  scan_params sp;
+  mtf_scan_spec sp;
   memset(&sp, 0, sizeof sp);
   sp.r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim);
-  sp.phase = (int)st->phase;
+  sp.stats = st->phase == MTF_PHASE_STATS;
   sp.exclusive = st->params.scan.exclusive;
   sp.reverse = st->params.scan.reverse;
   sp.slot = st->dim_offset / (sp.r.len ? sp.r.len : 1);
   const float *totals = NULL;
-  if (st->phase == MTF_PHASE_STATS) {
+  if (sp.stats) {
     int rc = mtf_cuda_k_fill(b, (float *)a->out, 0.0f, mtf_shape_num_elements(&st->out_shape));
     if (rc != MTF_OK) return rc;
   }
