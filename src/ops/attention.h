@@ -7,6 +7,9 @@
 #ifndef MTF_OPS_ATTENTION_H
 #define MTF_OPS_ATTENTION_H
 
+#include <math.h>
+
+#include "core/host_device.h"
 #include "core/shape.h"
 
 #define MTF_ATTENTION_STACK "_attn"      /* forward: index 0 o, index 1 the row's logsumexp (along depth) */
@@ -54,5 +57,23 @@ uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_at
  *             [TILE, TILE] */
 int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
+
+
+/* One query row of a score tile in the kernels' online softmax: `row` holds the scaled scores, the first n
+ * visible (causal); they become exp(score - running max), the rest up to `width` zeros; the row's running
+ * max *m and sum *l (of the weights before dropout) take the tile in. Returns the factor, exp(old max - new
+ * max), by which the row's accumulated output must be scaled (0 on the first tile, where *m = -inf). */
+static inline MTF_HOST_DEVICE float mtf_attention_online_softmax_row(float *row, int64_t n, int64_t width, float *m,
+                                                                     double *l) {
+  float max = *m;
+  for (int64_t c = 0; c < n; c++) max = row[c] > max ? row[c] : max;
+  float correction = expf(*m - max);
+  double sum = 0.0;
+  for (int64_t c = 0; c < n; c++) sum += (row[c] = expf(row[c] - max));
+  for (int64_t c = n; c < width; c++) row[c] = 0.0f;
+  *l = *l * correction + sum;
+  *m = max;
+  return correction;
+}
 
 #endif

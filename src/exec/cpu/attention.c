@@ -94,15 +94,8 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
       for (int64_t r = 0; r < nq; r++) {
         float *row = S + r * TILE;
         int64_t n = visible(i0 + r, j0, nk);
-        float max = m[r];
-        for (int64_t j = 0; j < n; j++) max = row[j] > max ? row[j] : max;
-        float correction = expf(m[r] - max); /* 0 on the first block (m = -inf) */
-        double sum = 0;
-        for (int64_t j = 0; j < n; j++) sum += (row[j] = expf(row[j] - max));
-        for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
+        float correction = mtf_attention_online_softmax_row(row, n, nk, &m[r], &l[r]);
         if (p->dropout) drop_row(p, mask_base, i0 + r, j0, n, row);
-        l[r] = l[r] * correction + sum;
-        m[r] = max;
         if (correction != 1.0f)
           for (int64_t d = 0; d < D; d++) acc[r * D + d] *= correction;
       }

@@ -170,17 +170,9 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
       for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: the online softmax */
         float *row = S + r * T;
         int64_t n = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk; /* visible columns */
-        float max = m[r];
-        for (int64_t c = 0; c < n; c++) max = row[c] > max ? row[c] : max;
-        float corr = expf(m[r] - max); /* 0 on the first tile (m = -inf) */
-        double sum = 0.0;
-        for (int64_t c = 0; c < n; c++) sum += (row[c] = expf(row[c] - max));
-        for (int64_t c = n; c < T; c++) row[c] = 0.0f;
+        correction[r] = mtf_attention_online_softmax_row(row, n, T, &m[r], &l[r]);
         if (p.dropout)
           for (int64_t c = 0; c < n; c++) row[c] *= drop_factor(p, mbase, i0 + r, j0 + c);
-        l[r] = l[r] * corr + sum;
-        m[r] = max;
-        correction[r] = corr;
       }
       __syncthreads();
       for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
