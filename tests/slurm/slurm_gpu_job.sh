@@ -5,17 +5,13 @@
 set -uo pipefail
 source "$(dirname "$0")/slurm_common.sh"
 source_dir=$2 mtf=$3 data=$4 work=$5
-rm -rf "$work" && mkdir -p "$work" && cd "$work" || exit 1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" # as submit_training_job says
+fresh_job_dir "$work" || exit 1
 # The template asks for 4 GPUs per node; this cluster has none, so the command line asks for none.
 job=$(sbatch --parsable --nodes=1 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --output="$work/job-%j.out" \
   --export="ALL,MTF=$mtf,MTF_HOME=$source_dir,CONFIG=$source_dir/tests/run/tiny-test.yaml,RUN_DIR=$work/run,MESH=b:2,LAYOUT=batch:b,MTF_ARGS=--set data.train=$data/train-*.h5 --set data.eval= --set train.steps=10 --set train.checkpoint_every=5" \
   "$source_dir/jobs/transformer.slurm") || exit 1
 echo "submitted job $job"
-wait_for_state "$job" "COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY" 300
-final=$(job_state "$job")
-cat "$work/job-$job.out"
-[ "$final" = COMPLETED ] || { echo "job $job ended $final"; exit 1; }
+finish_job "$job" "$work" || exit 1
 grep -q "no GPU on .*backend.kind=cpu, the ranks compute on their CPU cores" "$work/job-$job.out" || { echo "no line saying why cpu"; exit 1; }
 grep -q "^backend: cpu, 2 ranks" "$work/job-$job.out" || { echo "expected the cpu backend on 2 ranks"; exit 1; }
 [ -s "$work/run/checkpoints/latest" ] || { echo "no checkpoint in $work/run/checkpoints"; exit 1; }

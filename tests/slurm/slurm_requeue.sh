@@ -31,10 +31,7 @@ for _ in $(seq 240); do
   grep -q "restart count 1" "$work/job-$job.out" 2>/dev/null && break
   sleep 0.5
 done
-wait_for_state "$job" "COMPLETED|FAILED|CANCELLED|TIMEOUT" 300
-final=$(job_state "$job")
-cat "$work/job-$job.out"
-[ "$final" = COMPLETED ] || { echo "job $job ended $final"; exit 1; }
+finish_job "$job" "$work" || exit 1
 grep -q "requeueing to resume" "$work/job-$job.out" || { echo "no requeue in the output"; exit 1; }
 grep -q "restart count 1" "$work/job-$job.out" || { echo "the requeued run is not in the output file"; exit 1; }
 logged=$(sed -E 's/.*"step": ([0-9]+).*/\1/' "$work/run/metrics.jsonl")
