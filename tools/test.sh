@@ -24,7 +24,24 @@ run_suite() {
   echo "== build $dir"
   cmake --build "$dir" -j "$jobs"
   echo "== test $dir"
-  (cd "$dir" && ctest --output-on-failure -j "$jobs" $ctest_args)
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" $ctest_args) || rerun_tracer_crashes "$dir"
+}
+
+# LeakSanitizer's stop-the-world tracer itself sometimes crashes as a process exits ("Tracer caught signal
+# 11 ... LeakSanitizer has encountered a fatal error"; google/sanitizers#1353): a fault of the sanitizer
+# runtime under load, not a leak, and the test's own checks had passed. Seen here in 2 of 449 tests of one
+# sanitizer pass, and in none of 24 further runs of those two tests. When every failed test's output shows
+# that crash, those tests run once more and must pass; any other failure fails the suite as it stands.
+rerun_tracer_crashes() {
+  local dir=$1 failed="$1/Testing/Temporary/LastTestsFailed.log" log="$1/Testing/Temporary/LastTest.log" n name
+  [ -s "$failed" ] && [ -s "$log" ] || return 1
+  while IFS=: read -r n name; do
+    awk -v t="$name" '/^[0-9]+\/[0-9]+ Testing: / { on = substr($0, index($0, "Testing: ") + 9) == t }
+                      on && index($0, "LeakSanitizer has encountered a fatal error") { found = 1 }
+                      END { exit !found }' "$log" || return 1
+  done < "$failed"
+  echo "== $dir: LeakSanitizer's tracer crashed in $(cut -d: -f2 "$failed" | paste -sd' '); running them once more"
+  (cd "$dir" && ctest --output-on-failure --rerun-failed)
 }
 
 run_suite "$build_dir" ""
