@@ -59,43 +59,4 @@ static inline int64_t mtf_stride_of(const mtf_shape *s, const char *name) {
   return stride;
 }
 
-
-/* A running sum over the rows' dim (cumsum), for both backends. `stats`: the dim is split and this pass
- * writes each row's total of this rank's slice into slot `slot` of out [parts, count]; otherwise the scan
- * starts from `totals` ([parts, count], every slice's totals, allreduced; NULL when the dim is whole) of
- * the slices before this one (after it, when `reverse`). */
-typedef struct mtf_scan_spec {
-  mtf_rows r;
-  int stats, exclusive, reverse;
-  int64_t slot, parts;
-} mtf_scan_spec;
-
-/* One row, in double (counts of routed tokens stay exact far beyond float's 2^24). */
-static inline MTF_HOST_DEVICE void mtf_scan_row(const mtf_scan_spec *sp, int64_t row, const float *in,
-                                                const float *totals, float *out) {
-  const mtf_rows *r = &sp->r;
-  int64_t s = r->inner;
-  const float *x = in + mtf_row_base(r, row);
-  double sum = 0;
-  if (sp->stats) {
-    for (int64_t j = 0; j < r->len; j++) sum += x[j * s];
-    out[sp->slot * r->count + row] = (float)sum;
-    return;
-  }
-  if (totals)
-    for (int64_t q = 0; q < sp->parts; q++)
-      if (sp->reverse ? q > sp->slot : q < sp->slot) sum += totals[q * r->count + row];
-  float *y = out + mtf_row_base(r, row);
-  for (int64_t t = 0; t < r->len; t++) {
-    int64_t j = sp->reverse ? r->len - 1 - t : t;
-    if (sp->exclusive) {
-      y[j * s] = (float)sum;
-      sum += x[j * s];
-    } else {
-      sum += x[j * s];
-      y[j * s] = (float)sum;
-    }
-  }
-}
-
 #endif

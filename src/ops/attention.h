@@ -58,7 +58,6 @@ uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_at
 int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
 
-
 /* One query row of a score tile in the kernels' online softmax: `row` holds the scaled scores, the first n
  * visible (causal); they become exp(score - running max), the rest up to `width` zeros; the row's running
  * max *m and sum *l (of the weights before dropout) take the tile in. Returns the factor, exp(old max - new

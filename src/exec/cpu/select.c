@@ -10,6 +10,7 @@
 #include "exec/cpu/parallel.h"
 #include "exec/cpu/rowops.h"
 #include "exec/cpu/strided.h"
+#include "exec/scan.h"
 
 /* ---- top-k ---- */
 /* Whether entry (v, i) ranks before (u, j): larger first, equal ones by position, NaN below every number. */
@@ -127,22 +128,12 @@ static void scan_chunk(void *p, int64_t lo, int64_t hi) {
   for (int64_t row = lo; row < hi; row++) mtf_scan_row(&job->spec, row, job->in, job->totals, job->out);
 }
 
-/* WHOLE: the dim whole. Split dim: STATS writes this rank's row totals into its slot of [parts, rows], APPLY
- * scans the slice from the (allreduced) totals of the others. */
+/* WHOLE, or a split dim's STATS and APPLY phases (exec/scan.h). */
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  scan_job job = {.in = a->in[0], .out = a->out};
-  mtf_scan_spec *sp = &job.spec;
-  sp->r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim);
-  sp->stats = st->phase == MTF_PHASE_STATS;
-  sp->exclusive = st->params.scan.exclusive;
-  sp->reverse = st->params.scan.reverse;
-  sp->slot = st->dim_offset / (sp->r.len ? sp->r.len : 1);
-  if (sp->stats) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(&st->out_shape), a->out);
-  if (st->phase == MTF_PHASE_APPLY) {
-    job.totals = a->in[1];
-    sp->parts = st->in_shape[1].dims[0].size;
-  }
-  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, sp->r.count * sp->r.len), sp->r.count, scan_chunk, &job);
+  scan_job job = {mtf_scan_spec_of(st), a->in[0], st->phase == MTF_PHASE_APPLY ? a->in[1] : NULL, a->out};
+  if (job.spec.stats) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(&st->out_shape), a->out);
+  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, job.spec.r.count * job.spec.r.len), job.spec.r.count, scan_chunk,
+                       &job);
   return MTF_OK;
 }
 

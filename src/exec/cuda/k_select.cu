@@ -8,6 +8,7 @@
  * Cumsum: one thread per row, in double as the CPU (counts of routed tokens stay exact past 2^24). */
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
+#include "exec/scan.h"
 
 MTF_CUDA_BEGIN
 
@@ -117,22 +118,12 @@ __global__ void k_scan_kernel(mtf_scan_spec sp, const float *in, const float *to
 }
 
 static int k_cumsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  mtf_scan_spec sp;
-  memset(&sp, 0, sizeof sp);
-  sp.r = mtf_rows_of(&st->in_shape[0], st->params.scan.dim);
-  sp.stats = st->phase == MTF_PHASE_STATS;
-  sp.exclusive = st->params.scan.exclusive;
-  sp.reverse = st->params.scan.reverse;
-  sp.slot = st->dim_offset / (sp.r.len ? sp.r.len : 1);
-  const float *totals = NULL;
+  mtf_scan_spec sp = mtf_scan_spec_of(st);
   if (sp.stats) {
     int rc = mtf_cuda_k_fill(b, (float *)a->out, 0.0f, mtf_shape_num_elements(&st->out_shape));
     if (rc != MTF_OK) return rc;
   }
-  if (st->phase == MTF_PHASE_APPLY) {
-    totals = (const float *)a->in[1];
-    sp.parts = st->in_shape[1].dims[0].size;
-  }
+  const float *totals = st->phase == MTF_PHASE_APPLY ? (const float *)a->in[1] : NULL;
   MTF_LAUNCH(k_scan_kernel, mtf_cuda_blocks(sp.r.count, K_THREADS), K_THREADS, 0, K_STREAM(b), sp,
              (const float *)a->in[0], totals, (float *)a->out);
   K_DONE(b, "cumsum");
