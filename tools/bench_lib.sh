@@ -1,7 +1,8 @@
 # What tools/bench_peers.sh and tools/bench_pjrt.sh share (sourced, not run): the build check, the synthetic
 # data, the sgemm ceiling, one mtf or PyTorch run of a setup, and the rounds over the setups with the table.
-# The caller sets BENCH (its name, for messages), config, steps, warmup, rounds, and PY (a python; torch only
-# for PyTorch rows), and after bench_prepare fills the array `setups` with commands run_mtf/run_torch.
+# The caller sets BENCH (its name, for messages), config, steps, warmup, rounds and PY (a python; torch only
+# for PyTorch rows), calls bench_prepare and bench_ceilings, fills the array `setups` with run_mtf/run_torch
+# commands, and calls bench_rounds_and_table.
 
 MTF=${MTF:-build/src/mtf}
 SGEMM=${MTF_BENCH_SGEMM:-build/src/mtf_bench_sgemm}
@@ -13,7 +14,7 @@ bench_check_build() {
   done
 }
 
-# A scratch folder (removed at exit), the data, the header lines, the ceiling, and the steps per run.
+# A scratch folder (removed at exit), the data, the steps per run and the header lines.
 bench_prepare() {
   tmp=$(mktemp -d "/tmp/mtf-$BENCH.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
