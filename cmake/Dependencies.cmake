@@ -39,6 +39,14 @@ if(NOT MTF_HAVE_CBLAS_SGEMM)
   message(FATAL_ERROR "OpenBLAS was found but cblas_sgemm does not link: ${MTF_INSTALL_HINT} (libopenblas-dev)")
 endif()
 
+# oneDNN: the CPU backend's bfloat16 matmuls (AMX, AVX512-BF16). Found by path: Debian's dnnl CMake package
+# wants OpenCL's headers, which nothing here needs.
+find_path(MTF_DNNL_INCLUDE_DIR dnnl.h PATH_SUFFIXES oneapi/dnnl)
+find_library(MTF_DNNL_LIBRARY dnnl)
+if(NOT MTF_DNNL_INCLUDE_DIR OR NOT MTF_DNNL_LIBRARY)
+  message(FATAL_ERROR "oneDNN (dnnl.h, libdnnl) not found: ${MTF_INSTALL_HINT} (libdnnl-dev)")
+endif()
+
 # CUDA is optional: without nvcc the CPU build goes on.
 set(MTF_HAVE_CUDA OFF)
 if(MTF_ENABLE_CUDA)

@@ -189,6 +189,16 @@ mtf_tensor mtf_write_at(mtf_graph *g, mtf_tensor x, mtf_tensor value, mtf_tensor
  * as it is. No gradient. (Float ops given an int32 tensor are a builder error that names this; fetch int32
  * results such as positions through it too: mtf_session_fetch copies their int32 bits as they are.) */
 mtf_tensor mtf_to_float(mtf_graph *g, mtf_tensor x);
+/* x in float dtype `to` (MTF_F32 or MTF_BF16; x itself when it has it): to bfloat16 rounds to nearest, ties to
+ * even (core/bf16.h). Its gradient is dy as it is (gradients are float32). Only einsum (two operands) and cast
+ * take bfloat16 tensors; every other op refuses them. */
+mtf_tensor mtf_cast(mtf_graph *g, mtf_tensor x, mtf_dtype to);
+/* Mixed precision (backend.precision bf16): with MTF_BF16, every two-operand einsum built after this call
+ * gets bfloat16 operands (each float32 operand cast once per tensor) and computes in float32 (fp32
+ * accumulation, float32 result); with MTF_F32 (the default) einsums are float32. An einsum given one
+ * bfloat16 and one float32 operand casts the float32 one, whatever the setting. */
+void mtf_graph_set_matmul_dtype(mtf_graph *g, mtf_dtype dtype);
+mtf_dtype mtf_graph_matmul_dtype(const mtf_graph *g);
 
 /* ---- shape changes ---- */
 mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim);

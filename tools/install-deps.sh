@@ -9,8 +9,13 @@
 #             into .deps/pjrt (git-ignored; MTF_PJRT_DIR=DIR puts it elsewhere): `pip download` of the wheel and
 #             an unzip, no Python environment changed. CMake builds the pjrt backend when it finds the header
 #             there, and tests load the plugin from there. MTF_PJRT_WHEEL=FILE uses a wheel already downloaded.
-#   --peers   also Debian's python3-torch (/usr/bin/python3), the PyTorch peer of tools/bench_peers.sh;
-#             never installed without the flag (it is large and nothing else needs it).
+#   --peers   also the PyTorch peers of tools/bench_peers.sh, never installed without the flag (they are large
+#             and nothing else needs them): Debian's python3-torch (PyTorch 1.13, for /usr/bin/python3), and
+#             .venv-peers (git-ignored; MTF_PEERS_VENV=DIR puts it elsewhere), a venv of /usr/bin/python3 with
+#             PyPI's current torch 2.x and numpy. PyPI's Linux x86_64 torch is the CUDA build and it links
+#             against the nvidia-* CUDA libraries it depends on (it does not import without them, GPU or not; PyPI
+#             has no CPU-only torch wheel), so the venv takes about 5 GB: pip installs it as is, with no
+#             download cache. Skipped when the venv already imports torch 2.x.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -42,6 +47,26 @@ python_venv() {
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PIP_PKGS[@]}"
   "$VENV/bin/python" -c "$imports"
   echo "install-deps: $VENV has h5py, numpy, ${PIP_PKGS[*]}"
+}
+
+PEERS_VENV=${MTF_PEERS_VENV:-.venv-peers}
+
+peers_venv() {
+  local check="import sys, torch, numpy; sys.exit(int(torch.__version__.split('.')[0]) < 2)"
+  if [ -x "$PEERS_VENV/bin/python" ] && "$PEERS_VENV/bin/python" -c "$check" 2>/dev/null; then
+    echo "install-deps: $PEERS_VENV has torch $("$PEERS_VENV/bin/python" -c 'import torch; print(torch.__version__)')"
+    return
+  fi
+  if [ ! -x "$PEERS_VENV/bin/python" ]; then
+    echo "install-deps: making $PEERS_VENV (/usr/bin/python3, its own site-packages)"
+    /usr/bin/python3 -m venv "$PEERS_VENV"
+  fi
+  echo "install-deps: installing PyPI's torch (2.x, with the nvidia-* libraries it links against: about 3 GB to" \
+       "download, 5 GB installed) and numpy into $PEERS_VENV"
+  "$PEERS_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir 'torch>=2' numpy
+  "$PEERS_VENV/bin/python" -c "$check" ||
+    { echo "install-deps: $PEERS_VENV/bin/python does not import torch 2.x after the install" >&2; exit 1; }
+  echo "install-deps: $PEERS_VENV has torch $("$PEERS_VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 }
 
 # The XLA CPU PJRT plugin, pinned: the C API version mtf is tested with (0.81) comes from this wheel's header.
@@ -83,6 +108,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin libpmix-dev    # MPI, one rank per device; PMIx for srun --mpi=pmix
   libhdf5-openmpi-dev hdf5-tools            # parallel HDF5 (checkpoints, token shards), h5dump
   libopenblas-dev libyaml-dev               # CPU sgemm, config parser
+  libdnnl-dev                               # CPU bf16 GEMMs (oneDNN: AMX, AVX512-BF16)
   slurm-wlm slurmctld slurmd slurm-client munge   # a real local Slurm for the job-template tests
   python3 python3-numpy python3-h5py        # outside readers of our HDF5 files in tests
   python3-venv python3-pip                  # .venv for the PyPI packages (--python); pip download (--pjrt)
@@ -91,7 +117,7 @@ PKGS=(
   clang libclang-rt-14-dev                  # tools/fuzz.sh: libFuzzer and the ASan/UBSan runtimes
 )
 if [ "$with_peers" = 1 ]; then
-  PKGS+=(python3-torch)                     # tools/bench_peers.sh: PyTorch on the same model (--peers)
+  PKGS+=(python3-torch)                     # tools/bench_peers.sh: PyTorch 1.13 on the same model (--peers)
 fi
 
 missing=()
@@ -103,6 +129,7 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages already installed"
   if [ "$with_python" = 1 ]; then python_venv; fi
   if [ "$with_pjrt" = 1 ]; then pjrt_plugin; fi
+  if [ "$with_peers" = 1 ]; then peers_venv; fi
   exit 0
 fi
 
@@ -118,3 +145,4 @@ $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: all ${#PKGS[@]} packages installed"
 if [ "$with_python" = 1 ]; then python_venv; fi
 if [ "$with_pjrt" = 1 ]; then pjrt_plugin; fi
+if [ "$with_peers" = 1 ]; then peers_venv; fi

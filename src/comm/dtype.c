@@ -7,6 +7,7 @@ size_t mtf_dtype_size(mtf_dtype dtype) {
     case MTF_F32: return sizeof(float);
     case MTF_F64: return sizeof(double);
     case MTF_I32: return sizeof(int32_t);
+    case MTF_BF16: return sizeof(uint16_t);
   }
   return 0;
 }
@@ -16,6 +17,7 @@ const char *mtf_dtype_name(mtf_dtype dtype) {
     case MTF_F32: return "float32";
     case MTF_F64: return "float64";
     case MTF_I32: return "int32";
+    case MTF_BF16: return "bfloat16";
   }
   return "?";
 }
@@ -46,5 +48,6 @@ void mtf_reduce_into(void *acc, const void *in, size_t count, mtf_dtype dtype, m
     case MTF_F32: REDUCE_LOOP(float); break;
     case MTF_F64: REDUCE_LOOP(double); break;
     case MTF_I32: REDUCE_LOOP(int32_t); break;
+    case MTF_BF16: break; /* never reduced: mtf_comm refuses it before this */
   }
 }

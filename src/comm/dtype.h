@@ -4,7 +4,9 @@
 
 #include <stddef.h>
 
-typedef enum mtf_dtype { MTF_F32 = 0, MTF_F64 = 1, MTF_I32 = 2 } mtf_dtype;
+/* MTF_BF16: bfloat16 (core/bf16.h), the matmul operands of backend.precision bf16; collectives move it but do
+ * not reduce it. */
+typedef enum mtf_dtype { MTF_F32 = 0, MTF_F64 = 1, MTF_I32 = 2, MTF_BF16 = 3 } mtf_dtype;
 typedef enum mtf_reduce_op { MTF_REDUCE_SUM = 0, MTF_REDUCE_MAX = 1, MTF_REDUCE_MIN = 2 } mtf_reduce_op;
 
 size_t mtf_dtype_size(mtf_dtype dtype);

@@ -55,6 +55,7 @@ static ncclDataType_t nccl_type(mtf_dtype dtype) {
     case MTF_F32: return ncclFloat32;
     case MTF_F64: return ncclFloat64;
     case MTF_I32: return ncclInt32;
+    case MTF_BF16: return ncclBfloat16;
   }
   return ncclFloat32;
 }

@@ -133,7 +133,10 @@ static const key_spec schema[] = {
      "cuda: the GPU of every rank; -1 = the rank's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) modulo the GPUs"},
     {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},
     {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
-     "bf16: einsum inputs in bf16 with fp32 accumulation, fp32 master weights, reductions and loss (cuda only)"},
+     "fp32: everything in float32. bf16: the model's matmuls (einsums) take bfloat16 operands (activations and a "
+     "bf16 copy of each weight, made once per step) with fp32 accumulation and fp32 results; parameters, "
+     "optimizer slots, checkpoints, gradients and their allreduces, norms, softmax, attention and the loss "
+     "stay fp32 (cpu: oneDNN, AMX or AVX512-BF16 where the CPU has them)"},
     {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
      "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
@@ -615,10 +618,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
                          "cuda (set that, or remove the key)", src, cfg->tf32 ? "backend.tf32" : "backend.device",
                          cfg->backend);
-  if (strcmp(cfg->backend, "cuda") != 0 && strcmp(cfg->precision, "bf16") == 0)
-    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.precision: bf16 is not implemented by the %s backend, which "
-                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", src,
-                         cfg->backend);
+  cfg->model.bf16_matmuls = strcmp(cfg->precision, "bf16") == 0;
   /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
   if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "

@@ -24,6 +24,8 @@ typedef struct mtf_model_config {
   int tie_embeddings;
   double dropout, z_loss;
   int fused_attention;              /* attention as one fused op (ops/attention.c) */
+  int bf16_matmuls;                 /* backend.precision bf16 (validation sets it): the model's einsums take
+                                     * bfloat16 operands (mtf_graph_set_matmul_dtype) */
   int64_t kv_heads;                 /* key/value heads (validation sets 0 to heads); divides heads */
   char position[MTF_CONFIG_TEXT];   /* learned | relative_bias | rotary | none (model/position.h) */
   int64_t relative_num_buckets, relative_max_distance; /* relative_bias: T5's bucketing */

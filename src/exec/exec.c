@@ -48,12 +48,12 @@ struct mtf_session {
   struct mtf_pjrt_session *spmd;
 };
 
-#define ELEM 4 /* float32 and int32 */
+#define ELEM 4 /* float32 and int32: variables, inputs and what the host reads and writes */
 
 static void *buffer_data(const mtf_session *s, int buffer) {
   const mtf_buffer *b = &s->plan->buffers[buffer];
   switch (b->kind) {
-    case MTF_BUF_ARENA: return s->arena + b->offset * ELEM;
+    case MTF_BUF_ARENA: return s->arena + b->offset * MTF_ARENA_WORD;
     case MTF_BUF_VARIABLE: return s->variables[b->offset];
     case MTF_BUF_INPUT: return s->inputs[b->offset];
   }
@@ -110,8 +110,8 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
   mtf_plan *plan = s->plan;
   mtf_backend *be = s->backend;
   const mtf_session *other = s->options.share_variables_with;
-  s->arena = be->mem->allocate(be, (size_t)plan->arena_elements * ELEM);
-  s->allocated_bytes = plan->arena_elements * (int64_t)ELEM;
+  s->arena = be->mem->allocate(be, (size_t)plan->arena_elements * MTF_ARENA_WORD);
+  s->allocated_bytes = plan->arena_elements * (int64_t)MTF_ARENA_WORD;
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(void *));
   s->inputs = calloc((size_t)plan->n_inputs + 1, sizeof(void *));
   s->borrowed = calloc((size_t)plan->n_variables + 1, 1);
@@ -163,7 +163,7 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
   return MTF_OK;
 nomem:
   return mtf_error_set(err, MTF_ERR_NOMEM, "session: cannot allocate %lld bytes of activations and the variables",
-                       (long long)plan->arena_elements * ELEM);
+                       (long long)plan->arena_elements * MTF_ARENA_WORD);
 }
 
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
@@ -345,12 +345,18 @@ int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int3
   return set_input_slice(s, input, slice, MTF_I32, err);
 }
 
+/* Bytes per element of what a data-movement step moves (its output buffer's dtype: bfloat16 matmul operands
+ * are gathered and resharded like float32 ones). */
+static size_t step_elem_size(const mtf_session *s, const mtf_step *st) {
+  return mtf_dtype_size(s->plan->buffers[st->out].dtype);
+}
+
 static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK], outer = 1;
   for (int d = 0; d < st->in_shape[0].rank; d++) dims[d] = st->in_shape[0].dims[d].size;
   for (int d = 0; d < st->tensor_axis; d++) outer *= dims[d];
-  size_t block_bytes = (size_t)mtf_shape_num_elements(&st->in_shape[0]) * ELEM;
+  size_t elem = step_elem_size(s, st), block_bytes = (size_t)mtf_shape_num_elements(&st->in_shape[0]) * elem;
   const void *in = buffer_data(s, st->in[0]);
   void *out = buffer_data(s, st->out);
   if (outer == 1) return mtf_comm_allgather_blocks(s->step_comm, st->axes, in, out, block_bytes, err);
@@ -358,7 +364,7 @@ static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   void *blocks = buffer_data(s, st->scratch);
   MTF_CHECK(mtf_comm_allgather_blocks(s->step_comm, st->axes, in, blocks, block_bytes, err));
   int parts = mtf_comm_group_size(s->step_comm, st->axes);
-  return be->mem->concat_blocks(be, blocks, out, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts);
+  return be->mem->concat_blocks(be, blocks, out, elem, st->in_shape[0].rank, dims, st->tensor_axis, parts);
 }
 
 static void dims_of(const mtf_shape *shape, int64_t *dims) {
@@ -381,11 +387,13 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
   const void *blocks = buffer_data(s, st->in[0]);
   if (rows_before(dims, st->tensor_axis) > 1) {
     void *packed = buffer_data(s, st->scratch);
-    MTF_CHECK(be->mem->split_blocks(be, blocks, packed, ELEM, st->in_shape[0].rank, dims, st->tensor_axis, parts));
+    MTF_CHECK(be->mem->split_blocks(be, blocks, packed, step_elem_size(s, st), st->in_shape[0].rank, dims,
+                                    st->tensor_axis, parts));
     blocks = packed;
   }
   return mtf_comm_reduce_scatter_blocks(s->step_comm, st->axes, blocks, buffer_data(s, st->out),
-                                        (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32, st->reduce_op, err);
+                                        (size_t)mtf_shape_num_elements(&st->out_shape), s->plan->buffers[st->out].dtype,
+                                        st->reduce_op, err);
 }
 
 /* Slice p along tensor_axis to member p, what arrives concatenated along concat_axis. The send blocks are
@@ -398,18 +406,19 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   dims_of(&st->in_shape[0], dims);
   memcpy(block_dims, dims, sizeof dims);
   block_dims[st->tensor_axis] /= parts;
+  size_t elem = step_elem_size(s, st);
   char *scratch = st->scratch >= 0 ? buffer_data(s, st->scratch) : NULL;
   const void *send = buffer_data(s, st->in[0]);
   void *out = buffer_data(s, st->out), *recv = out;
   if (rows_before(dims, st->tensor_axis) > 1) {
-    MTF_CHECK(be->mem->split_blocks(be, send, scratch, ELEM, rank, dims, st->tensor_axis, parts));
+    MTF_CHECK(be->mem->split_blocks(be, send, scratch, elem, rank, dims, st->tensor_axis, parts));
     send = scratch;
-    scratch += elements * ELEM;
+    scratch += elements * elem;
   }
   int unpack = rows_before(block_dims, st->concat_axis) > 1;
   if (unpack) recv = scratch;
-  MTF_CHECK(mtf_comm_alltoall_blocks(s->step_comm, st->axes, send, recv, (size_t)(elements / parts) * ELEM, err));
-  return unpack ? be->mem->concat_blocks(be, recv, out, ELEM, rank, block_dims, st->concat_axis, parts) : MTF_OK;
+  MTF_CHECK(mtf_comm_alltoall_blocks(s->step_comm, st->axes, send, recv, (size_t)(elements / parts) * elem, err));
+  return unpack ? be->mem->concat_blocks(be, recv, out, elem, rank, block_dims, st->concat_axis, parts) : MTF_OK;
 }
 
 /* A bucket's allreduce, started in place over its range; the backend's pending work on that memory ends
@@ -503,9 +512,11 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
     case MTF_STEP_ALLREDUCE_WAIT:
       return wait_bucket(s, st->bucket, err);
     case MTF_STEP_SLICE:
-      return be->mem->slice(be, &st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out, ELEM);
+      return be->mem->slice(be, &st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out,
+                            step_elem_size(s, st));
     case MTF_STEP_COPY:
-      return be->mem->copy(be, out, buffer_data(s, st->in[0]), (size_t)mtf_shape_num_elements(&st->out_shape) * ELEM);
+      return be->mem->copy(be, out, buffer_data(s, st->in[0]),
+                           (size_t)mtf_shape_num_elements(&st->out_shape) * step_elem_size(s, st));
   }
   return MTF_OK;
 }
@@ -535,7 +546,8 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
     if (s->options.poison_freed)
       for (int k = s->poison_start[i]; k < s->poison_start[i + 1]; k++) {
         const mtf_buffer *b = &p->buffers[s->poison_list[k]];
-        s->backend->mem->fill_f32(s->backend, buffer_data(s, s->poison_list[k]), NAN, b->elements);
+        s->backend->mem->fill_f32(s->backend, buffer_data(s, s->poison_list[k]), NAN,
+                                  b->kind == MTF_BUF_ARENA ? mtf_buffer_words(b) : b->elements);
       }
   }
   if (s->profile) mtf_profile_run(s->profile);
@@ -562,6 +574,9 @@ static int result_buffer(const mtf_session *s, mtf_tensor t, const char *op, mtf
   if (buf->kind == MTF_BUF_ARENA && buf->last_step != INT_MAX)
     return -mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' is not one of the plan's fetches or variables", op,
                           s->plan->graph->nodes[t].name);
+  if (mtf_dtype_size(buf->dtype) != ELEM)
+    return -mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' holds %s values; fetch float32 or int32 tensors (mtf_cast "
+                          "converts)", op, s->plan->graph->nodes[t].name, mtf_dtype_name(buf->dtype));
   return b;
 }
 

@@ -25,7 +25,7 @@ static int create_pjrt(const mtf_backend_options *options, mtf_backend **out, mt
 #endif
 
 static const backend_entry builtin[] = {
-    {"cpu", create_cpu, 0},
+    {"cpu", create_cpu, 1},
 #ifdef MTF_HAVE_PJRT
     {"pjrt", create_pjrt, 0},
 #endif

@@ -50,6 +50,7 @@ typedef enum mtf_op_kind {
   MTF_OP_WHERE,         /* inputs cond, a, b: a where cond != 0, else b (broadcast by name) */
   MTF_OP_TO_FLOAT,      /* int32 -> float */
   MTF_OP_WRITE_AT,      /* inputs x, value, positions: x with each row's value at its position along params.along.dim */
+  MTF_OP_CAST,          /* float32 <-> bfloat16 (params.cast.to; ops/cast.c) */
   MTF_OP_COUNT
 } mtf_op_kind;
 
@@ -98,6 +99,7 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX], k_dim[MTF_NAME_MAX]; int k; } top_k;
   /* cumsum: out[i] = sum of x[j] for j <= i (exclusive: j < i; reverse: j >= i, or j > i) along dim */
   struct { char dim[MTF_NAME_MAX]; int exclusive, reverse; } scan;
+  struct { mtf_dtype to; } cast;
 } mtf_op_params;
 
 typedef struct mtf_node {
@@ -126,6 +128,7 @@ struct mtf_graph {
   int *variable_index; /* open-addressing hash of variable names -> node id (-1 empty), cap_index slots */
   int cap_index;
   int n_blocks, current_block; /* recompute blocks made so far; the open one (0 = none) */
+  mtf_dtype matmul_dtype;      /* operands of two-operand einsums (mtf_graph_set_matmul_dtype); 0 = float32 */
   mtf_error error; /* first builder error, sticky */
 };
 
@@ -161,6 +164,9 @@ mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index);
 /* A running sum along dim from the far end (reverse: out[i] = sum_{j >= i} x[j], exclusive: j > i):
  * the gradient of mtf_cumsum (ops/select.c). */
 mtf_tensor mtf_cumsum_reverse(mtf_graph *g, mtf_tensor x, const char *dim, int exclusive);
+
+/* The cast of x to `to`, reusing one already made in the current recompute block (ops/cast.c). */
+mtf_tensor mtf_cast_shared(mtf_graph *g, mtf_tensor x, mtf_dtype to);
 
 /* Initial value of element `index` of a variable node. */
 float mtf_variable_value(const mtf_graph *g, const mtf_node *var, int64_t index);

@@ -74,11 +74,13 @@ int mtf_lw_add_step(lowering *lw, const mtf_step *step) {
 
 mtf_shape mtf_lw_local_shape(const mtf_plan *p, int node) { return mtf_layout_slice_shape(&p->layouts[node], &p->mesh); }
 
-void mtf_lw_count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements) {
+void mtf_lw_count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements,
+                             mtf_dtype dtype) {
   int group = mtf_mesh_group_size(&p->mesh, axes);
+  int64_t bytes = elements * (int64_t)mtf_dtype_size(dtype);
   p->stats.comm_calls[kind]++;
-  p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)elements * sizeof(float));
-  int64_t block = group > 1 ? elements * (int64_t)sizeof(float) / group : 0;
+  p->stats.comm_bytes[kind] += (int64_t)mtf_collective_bytes_sent(kind, group, (double)bytes);
+  int64_t block = group > 1 ? bytes / group : 0;
   if (kind == MTF_COLL_ALLREDUCE && block > p->stats.largest_allreduce_block) p->stats.largest_allreduce_block = block;
 }
 
@@ -104,7 +106,8 @@ int mtf_lw_allreduce(lowering *lw, int node, int buffer, const mtf_shape *shape,
   mtf_step s = mtf_lw_one_input_step(MTF_STEP_ALLREDUCE, node, buffer, shape, buffer, shape);
   s.axes = axes;
   s.reduce_op = op;
-  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLREDUCE, axes, mtf_shape_num_elements(shape));
+  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLREDUCE, axes, mtf_shape_num_elements(shape),
+                          lw->plan->buffers[buffer].dtype);
   return mtf_lw_add_step(lw, &s);
 }
 
@@ -133,7 +136,7 @@ int mtf_lw_gather_dim(lowering *lw, int node, int *buffer, mtf_shape *shape, int
     s.scratch = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, &gathered, node, dtype);
     if (s.scratch < 0) return -s.scratch;
   }
-  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape));
+  mtf_lw_count_collective(lw->plan, MTF_COLL_ALLGATHER, s.axes, mtf_shape_num_elements(shape), dtype);
   MTF_CHECK(mtf_lw_add_step(lw, &s));
   *buffer = out;
   *shape = gathered;
@@ -490,9 +493,9 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     mtf_plan_destroy(p);
     return mtf_error_set(err, MTF_ERR_NOMEM, "plan: out of memory while placing buffers");
   }
-  p->stats.peak_bytes = p->arena_elements * (int64_t)sizeof(float);
+  p->stats.peak_bytes = p->arena_elements * (int64_t)MTF_ARENA_WORD;
   for (int b = 0; b < p->n_buffers; b++)
-    if (p->buffers[b].kind == MTF_BUF_ARENA) p->stats.naive_bytes += p->buffers[b].elements * (int64_t)sizeof(float);
+    if (p->buffers[b].kind == MTF_BUF_ARENA) p->stats.naive_bytes += mtf_buffer_words(&p->buffers[b]) * MTF_ARENA_WORD;
   for (int k = 0; k < p->n_buckets; k++) /* a bucket's range holds its members, counted above */
     p->stats.naive_bytes -= p->buckets[k].elements * (int64_t)sizeof(float);
   p->stats.steps = p->n_steps;

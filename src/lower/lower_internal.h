@@ -22,7 +22,8 @@ mtf_step mtf_lw_one_input_step(mtf_step_kind kind, int node, int in, const mtf_s
                                const mtf_shape *out_shape);
 /* Counts one collective of `kind` over `axes` whose input holds `elements` (4-byte) elements in the plan's
  * statistics, with the communicator's formula (mtf_collective_bytes_sent). */
-void mtf_lw_count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements);
+void mtf_lw_count_collective(mtf_plan *p, mtf_collective_kind kind, mtf_axis_set axes, int64_t elements,
+                             mtf_dtype dtype);
 /* An in-place allreduce of `buffer` over `axes`. */
 int mtf_lw_allreduce(mtf_lowering *lw, int node, int buffer, const mtf_shape *shape, mtf_axis_set axes,
                      mtf_reduce_op op);

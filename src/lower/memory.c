@@ -79,7 +79,7 @@ static int take_end(holes *h, int t, int first, int *taken) {
   return t;
 }
 
-/* Cuts `size` elements off the front of the first hole (by offset) that holds them; returns the new root. */
+/* Cuts `size` words off the front of the first hole (by offset) that holds them; returns the new root. */
 static int first_fit(holes *h, int t, int64_t size, int64_t *offset) {
   hole *n = &h->nodes[t];
   if (n->left >= 0 && h->nodes[n->left].max_size >= size) {
@@ -133,14 +133,14 @@ static int release(holes *h, int root, int64_t begin, int64_t end) {
 }
 
 typedef struct lifetime {
-  int64_t elements;
+  int64_t words; /* mtf_buffer_words */
   int first, last, buffer;
 } lifetime;
 
 static int by_first(const void *a, const void *b) {
   const lifetime *x = a, *y = b;
   if (x->first != y->first) return x->first < y->first ? -1 : 1;
-  if (x->elements != y->elements) return x->elements > y->elements ? -1 : 1;
+  if (x->words != y->words) return x->words > y->words ? -1 : 1;
   return x->buffer - y->buffer;
 }
 
@@ -169,13 +169,15 @@ static int64_t first_fit_over_time(mtf_plan *plan, const lifetime *starts, int n
   for (int i = 0, e = 0; i < n; i++) {
     for (; e < n_ends && ends[e].last < starts[i].first; e++) {
       const mtf_buffer *dead = &plan->buffers[ends[e].buffer];
-      root = release(&h, root, dead->offset, dead->offset + dead->elements);
-      alive -= dead->elements;
+      int64_t words = mtf_buffer_words(dead);
+      root = release(&h, root, dead->offset, dead->offset + words);
+      alive -= words;
     }
     mtf_buffer *buf = &plan->buffers[starts[i].buffer];
-    root = first_fit(&h, root, buf->elements, &buf->offset);
-    if (buf->offset + buf->elements > arena) arena = buf->offset + buf->elements;
-    alive += buf->elements;
+    int64_t words = mtf_buffer_words(buf);
+    root = first_fit(&h, root, words, &buf->offset);
+    if (buf->offset + words > arena) arena = buf->offset + words;
+    alive += words;
     if (alive > *most_alive) *most_alive = alive;
   }
   free(h.nodes);
@@ -194,7 +196,7 @@ typedef struct range {
 
 static int larger_first(const void *a, const void *b) {
   const lifetime *x = a, *y = b;
-  if (x->elements != y->elements) return x->elements > y->elements ? -1 : 1;
+  if (x->words != y->words) return x->words > y->words ? -1 : 1;
   return x->buffer - y->buffer;
 }
 
@@ -238,17 +240,17 @@ static int64_t largest_first(const lifetime *starts, int n, int64_t *offsets) {
     for (int j = i + 1; j < end[i]; j++) before[n_before[j]++] = i;
   for (int i = n - 1; i >= 0; i--) n_before[i + 1] = n_before[i]; /* the fill moved each start to the next */
   n_before[0] = 0;
-  for (int i = 0; i < n; i++) order[i] = (lifetime){starts[i].elements, 0, 0, i};
+  for (int i = 0; i < n; i++) order[i] = (lifetime){starts[i].words, 0, 0, i};
   qsort(order, (size_t)n, sizeof(lifetime), larger_first);
   arena = 0;
   for (int o = 0; o < n; o++) {
     int i = order[o].buffer, k = 0;
     for (int j = i + 1; j < end[i]; j++)
-      if (placed[j]) near[k++] = (range){offsets[j], offsets[j] + starts[j].elements};
+      if (placed[j]) near[k++] = (range){offsets[j], offsets[j] + starts[j].words};
     for (int x = n_before[i]; x < n_before[i + 1]; x++)
-      if (placed[before[x]]) near[k++] = (range){offsets[before[x]], offsets[before[x]] + starts[before[x]].elements};
+      if (placed[before[x]]) near[k++] = (range){offsets[before[x]], offsets[before[x]] + starts[before[x]].words};
     qsort(near, (size_t)k, sizeof(range), by_begin);
-    int64_t offset = 0, size = starts[i].elements;
+    int64_t offset = 0, size = starts[i].words;
     for (int j = 0; j < k && offset + size > near[j].begin; j++)
       if (near[j].end > offset) offset = near[j].end;
     offsets[i] = offset;
@@ -277,7 +279,7 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan) {
     if (buf->kind != MTF_BUF_ARENA) continue;
     if (buf->last_step < buf->first_step) buf->last_step = buf->first_step; /* written, never read */
     buf->offset = 0;
-    if (buf->elements > 0 && !buf->bucket) /* a bucket's members are placed with their range, below */ starts[n++] = (lifetime){buf->elements, buf->first_step, buf->last_step, b};
+    if (buf->elements > 0 && !buf->bucket) /* a bucket's members are placed with their range, below */ starts[n++] = (lifetime){mtf_buffer_words(buf), buf->first_step, buf->last_step, b};
   }
   qsort(starts, (size_t)n, sizeof(lifetime), by_first);
   int n_ends = 0;

@@ -14,7 +14,8 @@ typedef struct mtf_buffer {
   mtf_buffer_kind kind;
   mtf_dtype dtype;
   int64_t elements;
-  int64_t offset;  /* arena: element offset from the memory planner; variable/input: index of its storage */
+  int64_t offset;  /* arena: offset in arena words (MTF_ARENA_WORD bytes) from the memory planner; variable/
+                    * input: index of its storage */
   int first_step;  /* writes start here */
   int last_step;   /* last reader; INT_MAX when it must survive the run (fetches) */
   int node;        /* graph node whose value it holds (for messages) */
@@ -104,6 +105,13 @@ struct mtf_plan {
   int n_buckets;
   mtf_plan_stats stats;
 };
+
+/* The arena is laid out in 4-byte words (float32 and int32 take one, a bfloat16 buffer half as many, rounded
+ * up), so every buffer starts 4-byte aligned. */
+#define MTF_ARENA_WORD 4
+static inline int64_t mtf_buffer_words(const mtf_buffer *b) {
+  return (b->elements * (int64_t)mtf_dtype_size(b->dtype) + MTF_ARENA_WORD - 1) / MTF_ARENA_WORD;
+}
 
 /* memory.c: assigns arena offsets by liveness; returns the arena size in elements. Buffers inside a bucket
  * get their bucket range's offset plus their own bucket_offset. */

@@ -99,7 +99,7 @@ static int reduce_scatter(reshard *r, int e, int axis) {
     s.scratch = new_arena(r, &r->shape);
     if (s.scratch < 0) return -s.scratch;
   }
-  mtf_lw_count_collective(r->lw->plan, MTF_COLL_REDUCE_SCATTER, s.axes, mtf_shape_num_elements(&r->shape));
+  mtf_lw_count_collective(r->lw->plan, MTF_COLL_REDUCE_SCATTER, s.axes, mtf_shape_num_elements(&r->shape), r->dtype);
   r->axis_of[e] = axis;
   r->pending &= ~s.axes;
   return add(r, &s, out, &out_shape);
@@ -126,7 +126,7 @@ static int alltoall(reshard *r, int d, int e, int axis) {
     s.scratch = new_arena(r, &flat);
     if (s.scratch < 0) return -s.scratch;
   }
-  mtf_lw_count_collective(r->lw->plan, MTF_COLL_ALLTOALL, s.axes, mtf_shape_num_elements(&r->shape));
+  mtf_lw_count_collective(r->lw->plan, MTF_COLL_ALLTOALL, s.axes, mtf_shape_num_elements(&r->shape), r->dtype);
   r->axis_of[d] = -1;
   r->axis_of[e] = axis;
   return add(r, &s, out, &out_shape);

@@ -115,8 +115,22 @@ int mtf_transformer_build(mtf_graph *g, const mtf_model_config *m, int64_t batch
   return mtf_transformer_build_mode(g, m, batch, dropout_rate, MTF_MODE_TRAIN, out, err);
 }
 
+static int build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
+                      mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err);
+
+/* backend.precision bf16: the model's products take bfloat16 operands; what the caller adds to the graph
+ * afterwards (the optimizer's statistics, gradient norms) stays float32. */
 int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
                                mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
+  mtf_dtype before = mtf_graph_matmul_dtype(g);
+  mtf_graph_set_matmul_dtype(g, m->bf16_matmuls ? MTF_BF16 : MTF_F32);
+  int rc = build_mode(g, m, batch, dropout_rate, mode, out, err);
+  mtf_graph_set_matmul_dtype(g, before);
+  return rc;
+}
+
+static int build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, float dropout_rate,
+                      mtf_transformer_mode mode, mtf_transformer *out, mtf_error *err) {
   /* A config that did not go through mtf_config_validate (library callers, tests) has kv_heads 0: as many
    * K/V heads as heads, as validation would resolve it. */
   mtf_model_config resolved = *m;

@@ -7,8 +7,21 @@
 #include "ops/einsum_dims.h"
 #include "ops/op_def.h"
 
+/* A product's operand dtype: the graph's matmul dtype, or bfloat16 when either operand already is one. */
+static mtf_dtype product_dtype(const mtf_graph *g, const mtf_tensor *inputs) {
+  if (g->nodes[inputs[0]].dtype == MTF_BF16 || g->nodes[inputs[1]].dtype == MTF_BF16) return MTF_BF16;
+  return g->matmul_dtype == MTF_BF16 ? MTF_BF16 : MTF_F32;
+}
+
 mtf_tensor mtf_einsum(mtf_graph *g, int n_inputs, const mtf_tensor *inputs, const mtf_shape *output_shape) {
   if (n_inputs < 1 || n_inputs > 2) return mtf_graph_fail(g, MTF_ERR_INVALID, "einsum takes 1 or 2 inputs, not %d", n_inputs);
+  if (n_inputs == 2 && mtf_graph_check(g, inputs[0], "einsum") && mtf_graph_check(g, inputs[1], "einsum") &&
+      g->nodes[inputs[0]].dtype != MTF_I32 && g->nodes[inputs[1]].dtype != MTF_I32 &&
+      product_dtype(g, inputs) == MTF_BF16) {
+    mtf_tensor operands[2] = {mtf_cast_shared(g, inputs[0], MTF_BF16), mtf_cast_shared(g, inputs[1], MTF_BF16)};
+    if (operands[0] < 0 || operands[1] < 0) return MTF_NO_TENSOR;
+    return mtf_graph_add_op(g, MTF_OP_EINSUM, 2, operands, NULL, output_shape);
+  }
   return mtf_graph_add_op(g, MTF_OP_EINSUM, n_inputs, inputs, NULL, output_shape);
 }
 
@@ -64,7 +77,9 @@ mtf_tensor mtf_logsumexp(mtf_graph *g, mtf_tensor x, const char *dim) {
 }
 
 static int einsum_infer(mtf_graph *g, mtf_node *n) {
-  if (!mtf_op_float_inputs(g, n, 0, 1)) return g->error.code;
+  /* bfloat16 operands (both; one-operand sums take float32): fp32 accumulation, float32 result */
+  int bf16 = n->n_inputs == 2 && g->nodes[n->inputs[0]].dtype == MTF_BF16 && g->nodes[n->inputs[1]].dtype == MTF_BF16;
+  if (!bf16 && !mtf_op_float_inputs(g, n, 0, 1)) return g->error.code;
   mtf_shape all;
   memset(&all, 0, sizeof all);
   for (int i = 0; i < n->n_inputs; i++)

@@ -68,6 +68,7 @@ extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 /* ops/select.c */
 extern const mtf_op_def mtf_op_top_k, mtf_op_top_k_indices, mtf_op_cumsum, mtf_op_where, mtf_op_to_float;
 extern const mtf_op_def mtf_op_write_at; /* ops/write_at.c */
+extern const mtf_op_def mtf_op_cast;     /* ops/cast.c */
 
 /* ---- helpers shared by the op files ---- */
 /* Checks every dim of `part` is in `whole` with the same size. */

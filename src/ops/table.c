@@ -44,6 +44,7 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_WHERE] = &mtf_op_where,
     [MTF_OP_TO_FLOAT] = &mtf_op_to_float,
     [MTF_OP_WRITE_AT] = &mtf_op_write_at,
+    [MTF_OP_CAST] = &mtf_op_cast,
 };
 
 const mtf_op_def *mtf_op(mtf_op_kind kind) { return table[kind]; }

@@ -5,6 +5,7 @@
 
 #include "comm/tensor_pack.h"
 #include "exec/cpu/attention.h"
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 
 static void *cpu_allocate(mtf_backend *b, size_t bytes) {
@@ -85,6 +86,7 @@ int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   mtf_cpu_register_fused_grad(b->kernels);
   mtf_cpu_register_select(b->kernels);
   mtf_cpu_register_write_at(b->kernels);
+  mtf_cpu_register_bf16(b->kernels);
   /* OpenBLAS' thread count is per process: one rank is one process. The kernels' own thread pool
    * (parallel.h) has as many threads; Debian's default OpenBLAS is the pthreads build, and the two take
    * turns (a kernel and an sgemm never run at the same time). */

@@ -1,10 +1,12 @@
 /* Einsum on the CPU: two operands become a batched matrix product for cblas_sgemm by the decomposition of
- * ops/einsum_dims.h, with packed copies in the step's planned scratch; one operand is a strided sum. */
+ * ops/einsum_dims.h, with packed copies in the step's planned scratch; one operand is a strided sum.
+ * bfloat16 operands go to bf16.c. */
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 #include "ops/einsum_dims.h"
 
@@ -16,7 +18,7 @@ static const float *prepare(int threads, const mtf_shape *shape, const float *da
   return scratch;
 }
 
-static int einsum2(int threads, const mtf_step *st, const float *a, const float *b, float *out, float *scratch) {
+int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const float *b, float *out, float *scratch) {
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   if (d.scratch_elements > 0 && !scratch) return MTF_ERR_INVALID;
@@ -69,7 +71,8 @@ static int k_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *
     mtf_cpu_reduce_into(be->threads, &st->in_shape[0], args->in[0], &st->out_shape, args->out);
     return MTF_OK;
   }
-  return einsum2(be->threads, st, args->in[0], args->in[1], args->out, args->scratch);
+  if (st->in_dtype[0] == MTF_BF16) return mtf_cpu_einsum_bf16(be, st, args);
+  return mtf_cpu_einsum_f32(be->threads, st, args->in[0], args->in[1], args->out, args->scratch);
 }
 
 void mtf_cpu_register_einsum(mtf_kernel_fn *kernels) { kernels[MTF_OP_EINSUM] = k_einsum; }

@@ -1,0 +1,220 @@
+/* bfloat16 on the CPU: the cast kernel (core/bf16.h's rounding) and the einsum of two bfloat16 operands with
+ * fp32 accumulation and a float32 result. Products go to oneDNN's matmul (AMX tiles on Sapphire Rapids,
+ * AVX512-BF16 on Zen 4 / Cooper Lake), whose primitives are made once per shape and kept. Where oneDNN has
+ * no bfloat16 instructions to use (an older CPU, or MTF_CPU_BF16=convert), and for the operand orders that
+ * need a sum or a transpose first, the operands are widened to float32 and the float32 einsum runs: the same
+ * numbers up to the order of the fp32 additions, since a product of two bfloat16 values is exact in fp32. */
+#include <dlfcn.h>
+#include <dnnl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "exec/cpu/bf16.h"
+#include "exec/cpu/cpu.h"
+#include "exec/cpu/parallel.h"
+#include "ops/einsum_dims.h"
+
+/* ---- which path, once per process ---- */
+static pthread_once_t path_once = PTHREAD_ONCE_INIT;
+static int native;        /* oneDNN runs bfloat16 on this CPU */
+static char path_text[160];
+
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_sse41: return "sse41";
+    default: return "unknown";
+  }
+}
+
+static void choose_path(void) {
+  /* oneDNN 2.6 treats AMX as "initial support": used only when asked for, which this does unless the user
+   * capped the ISA through ONEDNN_MAX_CPU_ISA (then oneDNN's own reading of it stands). */
+  if (!getenv("ONEDNN_MAX_CPU_ISA") && !getenv("DNNL_MAX_CPU_ISA")) dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_amx);
+  dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  const dnnl_version_t *v = dnnl_version();
+  const char *forced = getenv("MTF_CPU_BF16");
+  int convert = forced && strcmp(forced, "convert") == 0;
+  native = !convert && (isa == dnnl_cpu_isa_avx512_core_amx || isa == dnnl_cpu_isa_avx512_core_bf16);
+  if (native)
+    snprintf(path_text, sizeof path_text, "bf16 matmuls on oneDNN %d.%d.%d, ISA %s", v->major, v->minor, v->patch,
+             isa_name(isa));
+  else
+    snprintf(path_text, sizeof path_text, "bf16 matmuls through conversion to fp32 sgemm (%s; oneDNN %d.%d.%d ISA %s)",
+             convert ? "MTF_CPU_BF16=convert" : "this CPU has no bf16 instructions oneDNN uses", v->major, v->minor,
+             v->patch, isa_name(isa));
+}
+
+const char *mtf_cpu_bf16_path(void) {
+  pthread_once(&path_once, choose_path);
+  return path_text;
+}
+
+/* ---- cast ---- */
+typedef struct cast_job {
+  const void *in;
+  void *out;
+  int to_bf16;
+} cast_job;
+
+static void cast_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const cast_job *j = ctx;
+  if (j->to_bf16) {
+    const float *in = j->in;
+    mtf_bf16 *out = j->out;
+    for (int64_t i = lo; i < hi; i++) out[i] = mtf_bf16_from_float(in[i]);
+  } else {
+    const mtf_bf16 *in = j->in;
+    float *out = j->out;
+    for (int64_t i = lo; i < hi; i++) out[i] = mtf_float_from_bf16(in[i]);
+  }
+}
+
+void mtf_cpu_cast(int threads, const void *in, mtf_dtype from, void *out, mtf_dtype to, int64_t n) {
+  if (from == to) {
+    memmove(out, in, (size_t)n * mtf_dtype_size(to));
+    return;
+  }
+  cast_job job = {in, out, to == MTF_BF16};
+  mtf_cpu_parallel_for(mtf_cpu_threads(threads, n), n, cast_chunk, &job);
+}
+
+static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  mtf_cpu_cast(b->threads, a->in[0], st->in_dtype[0], a->out, st->out_dtype, mtf_shape_num_elements(&st->out_shape));
+  return MTF_OK;
+}
+
+/* ---- oneDNN matmul primitives, one per product shape ---- */
+typedef struct product_key {
+  int64_t batch, m, n, k;
+  int ta, tb;
+} product_key;
+
+typedef struct product {
+  product_key key;
+  dnnl_primitive_t primitive;
+  dnnl_memory_desc_t a, b, c;
+} product;
+
+#define MAX_PRODUCTS 256
+static product products[MAX_PRODUCTS];
+static int n_products;
+static dnnl_engine_t engine;
+static dnnl_stream_t stream;
+static pthread_mutex_t products_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int transposed,
+                         dnnl_data_type_t type) {
+  dnnl_dims_t dims = {batch, rows, cols};
+  /* row-major rows x cols, or its transpose stored as cols x rows */
+  dnnl_dims_t strides = {rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
+  dnnl_memory_desc_init_by_strides(md, 3, dims, type, strides);
+}
+
+static const product *find_product(const product_key *key, mtf_error *err) {
+  for (int i = 0; i < n_products; i++)
+    if (memcmp(&products[i].key, key, sizeof *key) == 0) return &products[i];
+  if (!engine) {
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+      mtf_error_set(err, MTF_ERR_INVALID, "oneDNN: cannot create the CPU engine");
+      return NULL;
+    }
+  }
+  if (n_products == MAX_PRODUCTS) { /* a model has a few dozen shapes; a flood of them is not worth keeping */
+    for (int i = 0; i < n_products; i++) dnnl_primitive_destroy(products[i].primitive);
+    n_products = 0;
+  }
+  product *p = &products[n_products];
+  memset(p, 0, sizeof *p);
+  p->key = *key;
+  strided_desc(&p->a, key->batch, key->m, key->k, key->ta, dnnl_bf16);
+  strided_desc(&p->b, key->batch, key->k, key->n, key->tb, dnnl_bf16);
+  strided_desc(&p->c, key->batch, key->m, key->n, 0, dnnl_f32);
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t rc = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
+  if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL);
+  if (rc == dnnl_success) rc = dnnl_primitive_create(&p->primitive, pd);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (rc != dnnl_success) {
+    mtf_error_set(err, MTF_ERR_INVALID, "oneDNN: no bf16 matmul for [%lld] x [%lld, %lld] x [%lld, %lld] (status %d)",
+                  (long long)key->batch, (long long)key->m, (long long)key->k, (long long)key->k, (long long)key->n,
+                  (int)rc);
+    return NULL;
+  }
+  n_products++;
+  return p;
+}
+
+/* oneDNN's threads are OpenMP's (Debian builds it so): as many as the rank's, set through libgomp, which
+ * libdnnl loaded (looked up rather than linked, so no build needs OpenMP's flags or clang's libomp). */
+static void set_onednn_threads(int threads) {
+  static void (*set)(int);
+  static int looked;
+  if (!looked) {
+    *(void **)&set = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    looked = 1;
+  }
+  if (set) set(threads > 0 ? threads : 1);
+}
+
+static int onednn_product(int threads, const product_key *key, const void *a, const void *b, float *c) {
+  mtf_error err;
+  pthread_mutex_lock(&products_lock);
+  const product *p = find_product(key, &err);
+  int rc = MTF_ERR_INVALID;
+  if (p) {
+    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
+    if (dnnl_memory_create(&ma, &p->a, engine, (void *)a) == dnnl_success &&
+        dnnl_memory_create(&mb, &p->b, engine, (void *)b) == dnnl_success &&
+        dnnl_memory_create(&mc, &p->c, engine, c) == dnnl_success) {
+      dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+      set_onednn_threads(threads);
+      if (dnnl_primitive_execute(p->primitive, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success)
+        rc = MTF_OK;
+    }
+    if (ma) dnnl_memory_destroy(ma);
+    if (mb) dnnl_memory_destroy(mb);
+    if (mc) dnnl_memory_destroy(mc);
+  }
+  pthread_mutex_unlock(&products_lock);
+  return rc;
+}
+
+/* ---- the einsum ---- */
+static float *widened(int threads, const void *in, int64_t n) {
+  float *out = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (out) mtf_cpu_cast(threads, in, MTF_BF16, out, MTF_F32, n);
+  return out;
+}
+
+static int widened_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
+  float *x = widened(be->threads, a->in[0], mtf_shape_num_elements(&st->in_shape[0]));
+  float *y = widened(be->threads, a->in[1], mtf_shape_num_elements(&st->in_shape[1]));
+  int rc = x && y ? mtf_cpu_einsum_f32(be->threads, st, x, y, a->out, a->scratch) : MTF_ERR_NOMEM;
+  free(x);
+  free(y);
+  return rc;
+}
+
+int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
+  pthread_once(&path_once, choose_path);
+  mtf_einsum_dims d;
+  mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
+  if (!native || d.a_summed || d.b_summed || d.a_packed || d.b_packed || d.c_packed) return widened_einsum(be, st, a);
+  product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed};
+  return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
+}
+
+void mtf_cpu_register_bf16(mtf_kernel_fn *kernels) { kernels[MTF_OP_CAST] = k_cast; }
