@@ -287,6 +287,9 @@ int64_t mtf_plan_slice_elements(const mtf_plan *plan, mtf_tensor t);
 /* Checks that a backend kind ("cpu"; later "cuda", "pjrt") is built in and usable here; otherwise an
  * error such as "unknown backend 'gpu' (built in: cpu)". NULL or "" means "cpu". */
 int mtf_backend_check(const char *kind, mtf_error *err);
+/* How the cpu backend multiplies bfloat16 in this process (oneDNN's version and ISA, or the conversion path
+ * and why): `mtf --version` and the backend line of a bf16 run print it. */
+const char *mtf_cpu_bf16_text(void);
 /* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
 /* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32 accumulation
@@ -357,6 +360,10 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
 /* The communicator of the session's collective steps (backend.comm): "mpi" (host memory), "nccl", or
  * "mpi-staged" (MPI through host copies of device memory). */
 const char *mtf_session_collectives(const mtf_session *s);
+/* With backend.precision bf16 (the session's options), how the backend multiplies bfloat16 (cpu: "bf16 matmuls
+ * on oneDNN 2.6.3, ISA avx512_core_amx", or through conversion and why); NULL for fp32 or a backend that does
+ * not say. */
+const char *mtf_session_bf16_text(const mtf_session *s);
 int mtf_session_devices(const mtf_session *s);
 /* An input's value for the next run: the whole logical tensor (each rank keeps its slice) ... An input
  * the plan does not read is accepted and ignored. */

@@ -1,8 +1,8 @@
 # What tools/bench_peers.sh and tools/bench_pjrt.sh share (sourced, not run): the build check, the synthetic
 # data, the sgemm ceiling, one mtf or PyTorch run of a setup, and the rounds over the setups with the table.
 # The caller sets BENCH (its name, for messages), config, steps, warmup, rounds and PY (a python; torch only
-# for PyTorch rows), calls bench_prepare and bench_ceilings, fills the array `setups` with run_mtf/run_torch
-# commands, and calls bench_rounds_and_table.
+# for PyTorch rows, which run in $TORCH_PY where that is set), calls bench_prepare and bench_ceilings, fills
+# the array `setups` with run_mtf/run_torch commands, and calls bench_rounds_and_table.
 
 MTF=${MTF:-build/src/mtf}
 SGEMM=${MTF_BENCH_SGEMM:-build/src/mtf_bench_sgemm}
@@ -47,7 +47,8 @@ print("   %s: median %.1f ms of %d steps, range %.1f-%.1f" % (r["setup"], r["med
 
 run_mtf() { # ROUND NAME RANKS THREADS MESH LAYOUT BACKEND-ARGS (one word) MPIEXEC-OPTIONS...
   local round=$1 name=$2 ranks=$3 threads=$4 mesh=$5 layout=$6 backend=$7; shift 7
-  local dir="$tmp/run-$round-${name//[^a-z0-9]/_}" before
+  local dir="$tmp/run-$round-${name//[^a-z0-9]/_}" before precision=fp32
+  [[ "$backend" =~ backend\.precision=([a-z0-9]+) ]] && precision=${BASH_REMATCH[1]}
   before=$(load)
   echo "== round $round: mtf, $name (load $before)" >&2
   local -a extra
@@ -61,15 +62,21 @@ run_mtf() { # ROUND NAME RANKS THREADS MESH LAYOUT BACKEND-ARGS (one word) MPIEX
   fi
   grep -E "^(backend: |pjrt threads: |train: [0-9]|train: per rank)" "$dir.log" >&2 || true
   "$PY" tools/bench_peers.py mtf "$dir" --config "$config" --name "mtf, $name" --warmup "$warmup" --procs "$ranks" \
-    --threads "$threads" --load "$before" >> "$tmp/results.jsonl"
+    --threads "$threads" --precision "$precision" --load "$before" >> "$tmp/results.jsonl"
   spread
 }
 
-run_torch() { # ROUND PROCS THREADS
-  echo "== round $1: PyTorch, $2 process(es) x $3 thread(s) (load $(load))" >&2
+run_torch() { # ROUND PROCS THREADS [bench_peers.py torch OPTIONS: --precision bf16, --compile]; in $TORCH_PY or $PY
+  local round=$1 procs=$2 threads=$3 py=${TORCH_PY:-$PY} rc=0; shift 3
+  echo "== round $round: PyTorch ($py), $procs process(es) x $threads thread(s)${*:+ $*} (load $(load))" >&2
   # OpenBLAS (Debian's torch multiplies with it) has its own threads beside torch's OpenMP ones.
-  OPENBLAS_NUM_THREADS=$3 OMP_NUM_THREADS=$3 "$PY" tools/bench_peers.py torch --config "$config" --procs "$2" \
-    --threads "$3" --steps "$per_round" --warmup "$warmup" --out "$tmp/torch.json"
+  OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$py" tools/bench_peers.py torch --config "$config" \
+    --procs "$procs" --threads "$threads" --steps "$per_round" --warmup "$warmup" --out "$tmp/torch.json" "$@" || rc=$?
+  if [ "$rc" = 3 ]; then  # this torch lacks the setup (bench_peers.py said why): the table lists it as not run
+    cat "$tmp/torch.json" >> "$tmp/results.jsonl"
+    return
+  fi
+  [ "$rc" = 0 ] || { echo "$BENCH: PyTorch failed ($py, $procs x $threads${*:+ $*})" >&2; exit 1; }
   cat "$tmp/torch.json" >> "$tmp/results.jsonl"
   spread
 }

@@ -2,13 +2,23 @@
 """The PyTorch side of tools/bench_peers.sh, and the script's arithmetic (medians, FLOPs, the table).
 
   bench_peers.py torch --config configs/bench/X.yaml --procs 1|2 --threads T [--steps S --warmup W]
+                       [--precision fp32|bf16] [--compile] [--out FILE]
       trains the config's model in PyTorch on random tokens and prints one JSON line:
       {"setup", "step_ms": [...timed steps...], "median_ms", "tokens_per_s", "params", ...}
       --procs 2: DistributedDataParallel over gloo, 2 processes on localhost, each on its own core.
-  bench_peers.py mtf RUN_DIR --config X.yaml --name NAME --warmup W --procs R --threads T
+      --precision bf16: forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (weights, gradients
+      and AdamW stay fp32: PyTorch's mixed precision); needs torch.autocast (PyTorch 1.10+).
+      --compile: the model (the DDP module with --procs 2) through torch.compile (inductor, C++ kernels on the
+      CPU; the first warm-up step compiles); needs PyTorch 2.0+.
+      A setup this torch lacks is not run: the JSON line then has "skipped" (the reason, also on stderr) and
+      no timings, and the exit status is 3.
+  bench_peers.py mtf RUN_DIR --config X.yaml --name NAME --warmup W --procs R --threads T [--precision P]
       the same JSON line from an mtf run's metrics.jsonl (one line per step: train.log_every 1)
   bench_peers.py table --config X.yaml RESULTS.jsonl CEILINGS.tsv
-      prints the table (tokens/s, mtf/PyTorch, % of the 2-core sgemm ceiling)
+      prints the table (tokens/s, mtf/PyTorch, % of the 2-core sgemm ceiling) and the setups skipped
+  bench_peers.py info
+      one line on this python's torch: version, CPU capability its kernels dispatch to (AVX2, AVX512, ...),
+      oneDNN and BLAS, and whether it reports bf16 (oneDNN, AVX512-BF16) and AMX support and torch.compile
   bench_peers.py count --config X.yaml
       prints the PyTorch model's parameter count and FLOPs per token (tests compare them with mtf plan's)
 
@@ -24,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -122,7 +133,32 @@ def build_model(torch, m):
     return GPT()
 
 
+UNAVAILABLE = 3  # the exit status of a setup this torch lacks
+
+
+def torch_setup_name(torch, args):
+    kind = ("compile " if args.compile else "") + ("bf16 autocast" if args.precision == "bf16" else "fp32")
+    where = (f"DDP {args.procs} x {args.threads} (gloo)" if args.procs > 1 else
+             f"1 process x {args.threads} thread{'s' if args.threads > 1 else ''}")
+    return f"PyTorch {torch.__version__}, {kind}, {where}"
+
+
+def torch_unavailable(torch, args):
+    """Why this torch cannot run the setup, or None."""
+    if args.precision == "bf16" and not hasattr(torch, "autocast"):
+        return f"bf16 autocast needs torch.autocast (PyTorch 1.10+); this is torch {torch.__version__}"
+    if args.compile and not hasattr(torch, "compile"):
+        return f"torch.compile needs PyTorch 2.0+; this is torch {torch.__version__}"
+    return None
+
+
+def torch_record(torch, args, m, **fields):
+    return dict(setup=torch_setup_name(torch, args), side="pytorch", torch=torch.__version__, procs=args.procs,
+                threads=args.threads, precision=args.precision, compile=args.compile, **fields)
+
+
 def torch_train(rank, args, m, procs, out_path):
+    import contextlib
     import time
 
     import torch
@@ -136,6 +172,13 @@ def torch_train(rank, args, m, procs, out_path):
     assert sum(p.numel() for p in model.parameters()) == param_count(m)
     if procs > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
+    if args.compile:
+        model = torch.compile(model)  # after DDP, as PyTorch's DDP docs have it: graphs split at its buckets
+
+    def autocast():
+        if args.precision == "bf16":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
     # Every parameter decays, as in mtf (src/train/optimizer.c applies AdamW's decay to every variable).
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
     local_batch = m["batch"] // procs
@@ -146,7 +189,8 @@ def torch_train(rank, args, m, procs, out_path):
     load = os.getloadavg()[0]
     for _ in range(args.warmup + args.steps):
         start = time.perf_counter()
-        loss = model(idx, tgt)
+        with autocast():
+            loss = model(idx, tgt)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -157,11 +201,9 @@ def torch_train(rank, args, m, procs, out_path):
     if rank == 0:
         timed = [1e3 * t for t in times[args.warmup:]]
         median = statistics.median(timed)
-        name = f"PyTorch {torch.__version__}, " + (f"DDP {procs} x {args.threads} (gloo)" if procs > 1 else
-                                                   f"1 process x {args.threads} thread{'s' if args.threads > 1 else ''}")
-        record = dict(setup=name, side="pytorch", procs=procs, threads=args.threads, step_ms=timed, load=load,
-                      median_ms=median, tokens_per_s=m["batch"] * m["length"] / (median / 1e3),
-                      params=param_count(m), loss_first=losses[0], loss_last=losses[-1])
+        record = torch_record(torch, args, m, step_ms=timed, load=load, median_ms=median,
+                              tokens_per_s=m["batch"] * m["length"] / (median / 1e3), params=param_count(m),
+                              loss_first=losses[0], loss_last=losses[-1])
         with open(out_path, "w") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -169,6 +211,13 @@ def torch_train(rank, args, m, procs, out_path):
 def cmd_torch(args):
     m = load_model(args.config)
     out_path = args.out or "/dev/stdout"
+    import torch
+    why = torch_unavailable(torch, args)
+    if why:
+        print(f"bench_peers: {torch_setup_name(torch, args)}: unavailable: {why}", file=sys.stderr)
+        with open(out_path, "w") as f:
+            f.write(json.dumps(torch_record(torch, args, m, skipped=why)) + "\n")
+        sys.exit(UNAVAILABLE)
     if args.procs == 1:
         torch_train(0, args, m, 1, out_path)
         return
@@ -198,7 +247,7 @@ def cmd_mtf(args):
         sys.exit(f"bench_peers: {args.run_dir}: no step after the {args.warmup} warm-up steps in metrics.jsonl")
     median = statistics.median(timed)
     print(json.dumps(dict(setup=args.name, side="mtf", procs=args.procs, threads=args.threads, step_ms=timed, load=args.load,
-                          median_ms=median,
+                          precision=args.precision, median_ms=median,
                           tokens_per_s=m["batch"] * m["length"] / (median / 1e3), loss_first=steps[0][2],
                           loss_last=steps[-1][2])))
 
@@ -208,10 +257,14 @@ def cmd_mtf(args):
 def cmd_table(args):
     m = load_model(args.config)
     rows = []  # one per setup, its rounds pooled: every timed step, the loads its runs started under
+    skipped = {}  # setup -> why it did not run (this torch lacks it, or no python has that torch)
     for line in open(args.results):
         if not line.strip():
             continue
         r = json.loads(line)
+        if "skipped" in r:
+            skipped.setdefault(r["setup"], r["skipped"])
+            continue
         same = [row for row in rows if row["setup"] == r["setup"]]
         if same:
             row = same[0]
@@ -228,7 +281,8 @@ def cmd_table(args):
     for line in open(args.ceilings):  # "LABEL<TAB>GFLOP/s<TAB>mtf_bench_sgemm's line"
         label, gflops, text = line.rstrip("\n").split("\t", 2)
         ceilings[label] = (float(gflops), text)
-    rows.sort(key=lambda row: row["side"] != "mtf")  # mtf's rows first, each side in the order it ran
+    # mtf's rows first, then PyTorch's by version; each in the order it ran.
+    rows.sort(key=lambda row: (row["side"] != "mtf", version_key(row.get("torch", ""))))
     ceiling = max(g for g, _ in ceilings.values()) * 1e9
     fpt = flops_per_token(m)
     torch_rows = [r for r in rows if r["side"] == "pytorch"]
@@ -244,18 +298,20 @@ def cmd_table(args):
     steps = {len(r["step_ms"]) for r in rows}
     print(f"ms/step: the median of {'/'.join(map(str, sorted(steps)))} timed steps after the warm-up, per setup; "
           "tokens/s = global batch x T / that median; x PyTorch: mtf's tokens/s over the best PyTorch setup's, and "
-          "over PyTorch's with the same processes x threads (1 x 2 against 1 x 2, 2 x 1 against DDP 2 x 1); % of peak: "
+          "over the best of PyTorch's with the same processes x threads (1 x 2 against 1 x 2, 2 x 1 against DDP 2 x 1) "
+          "and the same precision (fp32 against fp32, mtf bf16 against bf16 autocast, eager or compiled); % of peak: "
           "model FLOPs/s over the ceiling above; load at start: the 1-minute load average as each round's run "
           "started (2 cores: above 2 means other work shared them). Losses (first and last step of the rounds) are "
           "a sanity check only: PyTorch trains on uniform random ids, mtf on the synthetic shards.")
-    cols = [("setup", 50), ("ms/step", 9), ("tokens/s", 9), ("x best PyTorch", 14), ("x PyTorch alike", 15),
+    cols = [("setup", 67), ("ms/step", 9), ("tokens/s", 9), ("x best PyTorch", 14), ("x PyTorch alike", 15),
             ("% of peak", 9), ("load at start", 13), ("loss first -> last", 18)]
     print("| " + " | ".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(cols)) + " |")
     print("|" + "|".join("-" * (w + 2) for _, w in cols) + "|")
     for r in rows:
-        alike = [t["tokens_per_s"] for t in torch_rows if t["procs"] == r.get("procs") and t["threads"] == r.get("threads")]
+        alike = [t["tokens_per_s"] for t in torch_rows if t["procs"] == r.get("procs") and t["threads"] == r.get("threads")
+                 and t.get("precision", "fp32") == r.get("precision", "fp32")]
         best = f"{r['tokens_per_s'] / best_torch:.2f}" if best_torch and r["side"] == "mtf" else ""
-        same = f"{r['tokens_per_s'] / alike[0]:.2f}" if alike and r["side"] == "mtf" else ""
+        same = f"{r['tokens_per_s'] / max(alike):.2f}" if alike and r["side"] == "mtf" else ""
         pct = f"{100 * fpt * r['tokens_per_s'] / ceiling:.1f}%"
         loss = f"{r['loss_first']:.3f} -> {r['loss_last']:.3f}"
         load = "/".join(f"{x:.1f}" for x in r["loads"])
@@ -264,6 +320,48 @@ def cmd_table(args):
               + " |")
     if not torch_rows:
         print("(no PyTorch rows: see above)")
+    for setup, why in skipped.items():
+        print(f"not run: {setup}: {why}")
+
+
+def version_key(version):
+    """'2.15.0+cu132' -> (2, 15, 0): PyTorch's rows sorted by version, older first."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return tuple(int(x or 0) for x in match.groups()) if match else (0, 0, 0)
+
+
+def cmd_info(args):
+    """One line on this python's torch, for the header of the bench output: which ISA its kernels ran."""
+    import torch
+    config = torch.__config__.show()
+
+    def config_value(prefix):
+        for line in config.splitlines():
+            line = line.strip(" -")
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
+        return None
+
+    def probe(fn):
+        try:
+            return "yes" if fn() else "no"
+        except Exception:  # this torch lacks the query
+            return "n/a"
+
+    cpu = getattr(torch.backends, "cpu", None)
+    capability = (cpu.get_cpu_capability() if cpu and hasattr(cpu, "get_cpu_capability")
+                  else config_value("CPU capability usage:")) or "?"
+    onednn = (config_value("Intel(R) MKL-DNN") or config_value("Intel(R) oneDNN") or "?").split(" (")[0]
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", config)
+    blas = blas.group(1) if blas else "?"
+    tcpu = getattr(torch, "cpu", None)
+    print(f"torch {torch.__version__} ({sys.executable}): CPU capability {capability}, "
+          f"oneDNN {onednn} (available {probe(torch.backends.mkldnn.is_available)}), BLAS {blas}, "
+          f"bf16 in oneDNN {probe(lambda: torch.ops.mkldnn._is_mkldnn_bf16_supported())}, "
+          f"AVX512-BF16 {probe(lambda: tcpu._is_avx512_bf16_supported())}, "
+          f"AMX tiles {probe(lambda: tcpu._is_amx_tile_supported())}, "
+          f"torch.compile {'yes' if hasattr(torch, 'compile') else 'no (PyTorch 2.0+)'}, "
+          f"bf16 autocast {'yes' if hasattr(torch, 'autocast') else 'no (PyTorch 1.10+)'}")
 
 
 def cmd_count(args):
@@ -280,6 +378,8 @@ def main():
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--steps", type=int, default=10)
     t.add_argument("--warmup", type=int, default=2)
+    t.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    t.add_argument("--compile", action="store_true")
     t.add_argument("--out")
     r = sub.add_parser("mtf")
     r.add_argument("run_dir")
@@ -289,14 +389,16 @@ def main():
     r.add_argument("--procs", type=int, required=True)
     r.add_argument("--threads", type=int, required=True)
     r.add_argument("--load", type=float, default=0.0, help="the 1-minute load average when the run started")
+    r.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="the run's backend.precision")
     b = sub.add_parser("table")
     b.add_argument("--config", required=True)
     b.add_argument("results")
     b.add_argument("ceilings")
     c = sub.add_parser("count")
     c.add_argument("--config", required=True)
+    sub.add_parser("info")
     args = p.parse_args()
-    {"torch": cmd_torch, "mtf": cmd_mtf, "table": cmd_table, "count": cmd_count}[args.cmd](args)
+    {"torch": cmd_torch, "mtf": cmd_mtf, "table": cmd_table, "count": cmd_count, "info": cmd_info}[args.cmd](args)
 
 
 if __name__ == "__main__":

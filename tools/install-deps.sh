@@ -14,8 +14,9 @@
 #             .venv-peers (git-ignored; MTF_PEERS_VENV=DIR puts it elsewhere), a venv of /usr/bin/python3 with
 #             PyPI's current torch 2.x and numpy. PyPI's Linux x86_64 torch is the CUDA build and it links
 #             against the nvidia-* CUDA libraries it depends on (it does not import without them, GPU or not; PyPI
-#             has no CPU-only torch wheel), so the venv takes about 5 GB: pip installs it as is, with no
-#             download cache. Skipped when the venv already imports torch 2.x.
+#             has no CPU-only torch wheel), so the venv takes about 5.4 GB (torch 1.2, nvidia-* 3.0, triton
+#             1.0): pip installs it as is, keeping no download cache. Skipped when the venv already imports
+#             torch 2.x.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -61,8 +62,8 @@ peers_venv() {
     echo "install-deps: making $PEERS_VENV (/usr/bin/python3, its own site-packages)"
     /usr/bin/python3 -m venv "$PEERS_VENV"
   fi
-  echo "install-deps: installing PyPI's torch (2.x, with the nvidia-* libraries it links against: about 3 GB to" \
-       "download, 5 GB installed) and numpy into $PEERS_VENV"
+  echo "install-deps: installing PyPI's torch 2.x (with the nvidia-* libraries it links against: about 5.4 GB" \
+       "installed) and numpy into $PEERS_VENV"
   "$PEERS_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir 'torch>=2' numpy
   "$PEERS_VENV/bin/python" -c "$check" ||
     { echo "install-deps: $PEERS_VENV/bin/python does not import torch 2.x after the install" >&2; exit 1; }

@@ -33,6 +33,7 @@ void mtf_print_version(FILE *out) {
 #endif
   );
   fprintf(out, "  BLAS:     %s\n", openblas_get_config());
+  fprintf(out, "  bf16:     %s (cpu, backend.precision bf16)\n", mtf_cpu_bf16_text());
   fprintf(out, "  libyaml:  %s\n", yaml_get_version_string());
 #ifdef MTF_HAVE_CUDA
   char cuda[512];

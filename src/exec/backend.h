@@ -76,6 +76,8 @@ struct mtf_backend {
   /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
    * the executor adds to its own. */
   const char *(*error_text)(mtf_backend *b);
+  /* Optional: how it multiplies bfloat16 operands (the backend line of a bf16 run). */
+  const char *(*bf16_text)(mtf_backend *b);
   void *ctx;
 };
 

@@ -51,8 +51,9 @@ void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
     fprintf(out, "backend: %s, %d ranks x %d threads, collectives %s\n", mtf_session_backend(session),
             mtf_world_size(), mtf_session_threads(session), mtf_session_collectives(session));
   else
-    fprintf(out, "backend: %s, %d ranks x %d threads\n", mtf_session_backend(session), mtf_world_size(),
-            mtf_session_threads(session));
+    fprintf(out, "backend: %s, %d ranks x %d threads%s%s\n", mtf_session_backend(session), mtf_world_size(),
+            mtf_session_threads(session), mtf_session_bf16_text(session) ? ", " : "",
+            mtf_session_bf16_text(session) ? mtf_session_bf16_text(session) : "");
   fflush(out);
 }
 

@@ -266,6 +266,32 @@ static mtf_tensor c_adam_update_no_beta1(ARGS) {
   return mtf_adam_update(g, v[0], v[1], positive(g, v[2]), mtf_constant(g, &scalar, 0.25f), step, 0.0f, 0.5f, 1e-8f, 0.0f);
 }
 
+/* bfloat16 (ops/cast.c): casts, and products of bfloat16 operands (fp32 accumulation) in each einsum order:
+ * in place, the output transposed (a weight's gradient), packed operands (the widened path), lonely dims. */
+static mtf_tensor c_cast(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor rounded = mtf_cast(g, mtf_cast(g, v[0], MTF_BF16), MTF_F32);
+  return mtf_add(g, mtf_multiply(g, rounded, v[1]), mtf_cast(g, mtf_cast(g, v[1], MTF_BF16), MTF_F32));
+}
+static mtf_tensor bf16_product(mtf_graph *g, const mtf_tensor *v, const char *out) {
+  mtf_dtype before = mtf_graph_matmul_dtype(g);
+  mtf_graph_set_matmul_dtype(g, MTF_BF16);
+  mtf_shape o = S(out);
+  mtf_tensor y = mtf_einsum2(g, v[0], v[1], &o);
+  mtf_graph_set_matmul_dtype(g, before);
+  return y;
+}
+static mtf_tensor c_bf16_matmul(ARGS) { UNUSED_INPUTS; return bf16_product(g, v, "a:3,b:6"); }
+static mtf_tensor c_bf16_matmul_transposed(ARGS) { UNUSED_INPUTS; return bf16_product(g, v, "b:6,a:3"); }
+static mtf_tensor c_bf16_batch(ARGS) { UNUSED_INPUTS; return bf16_product(g, v, "a:3,e:2,b:5"); }
+static mtf_tensor c_bf16_lonely(ARGS) { UNUSED_INPUTS; return bf16_product(g, v, "b:5"); }
+/* A bfloat16 operand and a float32 one: the float32 one is cast, whatever the graph's setting. */
+static mtf_tensor c_bf16_mixed(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape o = S("a:3,b:6");
+  return mtf_einsum2(g, mtf_cast(g, v[0], MTF_BF16), v[1], &o);
+}
+
 static const op_case cases[] = {
     {"einsum matmul", {"a:3,d:4", "d:4,b:5"}, c_matmul},
     {"einsum transposed operands", {"d:4,a:3", "b:5,d:4"}, c_matmul_transposed},
@@ -334,6 +360,12 @@ static const op_case cases[] = {
     {"select: where, broadcast", {"a:3,d:4", "a:3", "d:4"}, c_where},
     {"select: where, int32 condition", {"a:4,d:2"}, c_where_int_cond},
     {"select: to_float of int32", {"a:4,d:2"}, c_to_float},
+    {"bf16: cast round trips", {"a:3,d:4", "a:3,d:4"}, c_cast},
+    {"bf16: einsum matmul", {"a:3,d:4", "d:4,b:6"}, c_bf16_matmul},
+    {"bf16: einsum output transposed", {"d:4,a:3", "d:4,b:6"}, c_bf16_matmul_transposed},
+    {"bf16: einsum batch, odd order", {"e:2,a:3,d:4", "d:4,e:2,b:5"}, c_bf16_batch},
+    {"bf16: einsum lonely and size-1 dims", {"a:3,c:1,d:4", "d:4,b:5"}, c_bf16_lonely},
+    {"bf16: einsum of bf16 and fp32 operands", {"a:3,d:4", "d:4,b:6"}, c_bf16_mixed},
 };
 
 /* Ops without a gradient: values only, and mtf_gradients through them must fail. */

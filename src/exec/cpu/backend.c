@@ -72,12 +72,18 @@ static const mtf_backend_memory cpu_memory = {
 
 static void cpu_destroy(mtf_backend *b) { free(b); }
 
+static const char *cpu_bf16_text(mtf_backend *b) {
+  (void)b;
+  return mtf_cpu_bf16_path();
+}
+
 int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   mtf_backend *b = calloc(1, sizeof *b);
   if (!b) return mtf_error_set(err, MTF_ERR_NOMEM, "cpu backend: out of memory");
   b->name = "cpu";
   b->mem = &cpu_memory;
   b->destroy = cpu_destroy;
+  b->bf16_text = cpu_bf16_text;
   mtf_cpu_register_elementwise(b->kernels);
   mtf_cpu_register_einsum(b->kernels);
   mtf_cpu_register_fused(b->kernels);

@@ -212,9 +212,24 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   pthread_once(&path_once, choose_path);
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
-  if (!native || d.a_summed || d.b_summed || d.a_packed || d.b_packed || d.c_packed) return widened_einsum(be, st, a);
+  if (!native || d.a_summed || d.b_summed || d.a_packed || d.b_packed) return widened_einsum(be, st, a);
+  if (!d.c_packed) {
+    product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed};
+    return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
+  }
+  /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
+   * C^T = B^T A^T, lands in place; any other order goes through the scratch and a transpose. */
+  if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
+    product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed};
+    return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
+  }
+  if (!a->scratch) return MTF_ERR_INVALID;
+  float *c = (float *)a->scratch + d.scratch_offset[4];
   product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed};
-  return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
+  MTF_CHECK(onednn_product(be->threads, &key, a->in[0], a->in[1], c));
+  mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
+  mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, a->out);
+  return MTF_OK;
 }
 
 void mtf_cpu_register_bf16(mtf_kernel_fn *kernels) { kernels[MTF_OP_CAST] = k_cast; }
