@@ -248,6 +248,10 @@ typedef struct mtf_plan_options {
    * non-blocking collective started as soon as its last gradient is complete and waited for just before
    * the first step that reads one. 0: each stays a blocking allreduce before its first reader. */
   int64_t allreduce_bucket_bytes;
+  /* What the buckets send (backend.grad_reduce): MTF_F32 (0, the default) or MTF_BF16, half the bytes: each
+   * bucket is cast to bfloat16 into a staging buffer, summed so (rounded at every hop of the ring) and cast
+   * back into its float32 gradients. */
+  mtf_dtype bucket_wire_dtype;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of
@@ -290,6 +294,9 @@ int mtf_backend_check(const char *kind, mtf_error *err);
 /* How the cpu backend multiplies bfloat16 in this process (oneDNN's version and ISA, or the conversion path
  * and why): `mtf --version` and the backend line of a bf16 run print it. */
 const char *mtf_cpu_bf16_text(void);
+/* c[m, n] = a[m, k] b[k, n] (row-major; a and b bfloat16 bits, c float32) the way the cpu backend multiplies
+ * bfloat16, on `threads` threads: the MFU ceiling of a bf16 run measures it. */
+int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads);
 /* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
 /* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32 accumulation

@@ -28,15 +28,20 @@ bench_prepare() {
 }
 
 # The ceiling. mpiexec binds each rank to one core unless told not to: 1 rank x 2 threads needs --bind-to none.
-ceiling() { # LABEL THREADS RANKS MPIEXEC-OPTIONS...
-  local label=$1 threads=$2 ranks=$3; shift 3
+ceiling() { # LABEL THREADS RANKS [bf16] MPIEXEC-OPTIONS...: sgemm, or with bf16 the bf16 matmul of backend.precision bf16
+  local label=$1 threads=$2 ranks=$3 kind=""; shift 3
+  [ "${1:-}" = bf16 ] && { kind=bf16; shift; }
   local line
-  line=$(OPENBLAS_NUM_THREADS=$threads mpiexec "$@" -n "$ranks" "$SGEMM" 2048 5)
+  line=$(OPENBLAS_NUM_THREADS=$threads mpiexec "$@" -n "$ranks" "$SGEMM" 2048 5 $kind)
   printf '%s\t%s\t%s\n' "$label" "$(sed -n 's/.*, sum \([0-9.]*\) GFLOP\/s.*/\1/p' <<<"$line")" "$line" >> "$tmp/ceilings.tsv"
 }
-bench_ceilings() {
+bench_ceilings() { # BF16: also the bf16 matmul's (oneDNN; AMX where there is one), the ceiling of bf16 rows
   ceiling "1 process x 2 threads" 2 1 --bind-to none
   ceiling "2 processes x 1 thread" 1 2
+  if [ "${1:-}" = bf16 ]; then
+    ceiling "bf16 1 process x 2 threads" 2 1 bf16 --bind-to none
+    ceiling "bf16 2 processes x 1 thread" 1 2 bf16
+  fi
 }
 
 load() { cut -d' ' -f1 /proc/loadavg; }

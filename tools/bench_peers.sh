@@ -152,5 +152,5 @@ for peer in old new; do
 done
 echo "cpu flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|avx512_fp16|amx_bf16|amx_fp16|amx_int8|amx_tile)$' | tr '\n' ' ')"
 echo "setups: ${#setups[@]} (--only $only)"
-bench_ceilings
+bench_ceilings bf16
 bench_rounds_and_table

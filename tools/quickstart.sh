@@ -3,8 +3,16 @@
 # prepares the default corpus (Debian's fortunes), trains configs/tiny.yaml on this machine's cores with
 # progress lines and checkpoints, evaluates before and after, and prints a generated sample.
 #   bash tools/quickstart.sh                 (MTF_RANKS=N to choose the number of ranks; default: cores, at most 4)
+#   bash tools/quickstart.sh --set backend.precision=bf16     (--set KEY=VALUE ... go to every mtf command)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --set) [ $# -ge 2 ] || { echo "quickstart: --set needs KEY=VALUE" >&2; exit 2; }; extra+=(--set "$2"); shift 2 ;;
+    *) echo "quickstart: unknown argument '$1' (usage: bash tools/quickstart.sh [--set KEY=VALUE ...])" >&2; exit 2 ;;
+  esac
+done
 say() { printf '\n== %s\n' "$*"; }
 t0=$SECONDS
 
@@ -32,6 +40,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1
 run=(mpiexec -n "$ranks" "$mtf")
 mesh=(--mesh "b:$ranks" --layout batch:b)
 [ "$ranks" = 1 ] && mesh=()
+mesh+=(${extra[@]+"${extra[@]}"})
 run_dir=runs/quickstart
 
 say "evaluating the untrained model ($ranks rank(s) x $OPENBLAS_NUM_THREADS thread(s))"

@@ -3,6 +3,7 @@
  * bytes per collective kind (src/run/program.c builds the graph and plans; this prints them). */
 #define _GNU_SOURCE
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include "cli/cli.h"
@@ -49,6 +50,7 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
     if (bytes >= 1048576.0) printf(" %.2f MiB", bytes / 1048576.0);
     else printf(" %.1f KiB", bytes / 1024.0);
   }
+  if (strcmp(cfg->grad_reduce, "bf16") == 0) printf(" (sent as bf16: backend.grad_reduce)");
   printf("\n");
 }
 

@@ -65,16 +65,17 @@ static void count_call(mtf_comm *comm, mtf_collective_kind kind, double bytes_se
   comm->stats.bytes_sent[kind] += (int64_t)bytes_sent;
 }
 
-/* Reductions are float32, float64 or int32: a bfloat16 sum would round at every hop (backend.precision bf16
- * keeps gradients float32). Same arguments on every rank, so every rank refuses alike. */
-static int check_reducible(mtf_dtype dtype, const char *what, mtf_error *err) {
-  if (dtype != MTF_BF16) return MTF_OK;
-  return mtf_error_set(err, MTF_ERR_INVALID, "%s of bfloat16 values is not supported: reduce float32 (mtf_cast)", what);
+/* Reductions are of float32, float64 or int32, and sums of bfloat16 (backend.grad_reduce bf16: half the bytes,
+ * rounded at every hop). Same arguments on every rank, so every rank refuses alike. */
+static int check_reducible(mtf_dtype dtype, mtf_reduce_op op, const char *what, mtf_error *err) {
+  if (dtype != MTF_BF16 || op == MTF_REDUCE_SUM) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_INVALID, "%s: only sums of bfloat16 values are supported, not %s", what,
+                       mtf_reduce_op_name(op));
 }
 
 int mtf_comm_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void *out, size_t count, mtf_dtype dtype,
                        mtf_reduce_op op, mtf_error *err) {
-  MTF_CHECK(check_reducible(dtype, "allreduce", err));
+  MTF_CHECK(check_reducible(dtype, op, "allreduce", err));
   MTF_CHECK(check_axes(comm, axes, err));
   int g = mtf_comm_group_size(comm, axes);
   count_call(comm, MTF_COLL_ALLREDUCE,
@@ -86,7 +87,7 @@ int mtf_comm_iallreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void 
                         mtf_reduce_op op, mtf_comm_request *req, mtf_error *err) {
   memset(req, 0, sizeof *req);
   if (!comm->ops->iallreduce) return mtf_comm_allreduce(comm, axes, in, out, count, dtype, op, err);
-  MTF_CHECK(check_reducible(dtype, "allreduce", err));
+  MTF_CHECK(check_reducible(dtype, op, "allreduce", err));
   MTF_CHECK(check_axes(comm, axes, err));
   int g = mtf_comm_group_size(comm, axes);
   count_call(comm, MTF_COLL_ALLREDUCE,
@@ -155,7 +156,7 @@ int mtf_comm_reduce_scatter(mtf_comm *comm, mtf_axis_set axes, const void *in, v
 
 int mtf_comm_reduce_scatter_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out,
                                    size_t block_count, mtf_dtype dtype, mtf_reduce_op op, mtf_error *err) {
-  MTF_CHECK(check_reducible(dtype, "reduce_scatter", err));
+  MTF_CHECK(check_reducible(dtype, op, "reduce_scatter", err));
   MTF_CHECK(check_axes(comm, axes, err));
   int g = mtf_comm_group_size(comm, axes);
   count_call(comm, MTF_COLL_REDUCE_SCATTER,

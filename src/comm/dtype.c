@@ -2,6 +2,8 @@
 
 #include <stdint.h>
 
+#include "core/bf16.h"
+
 size_t mtf_dtype_size(mtf_dtype dtype) {
   switch (dtype) {
     case MTF_F32: return sizeof(float);
@@ -48,6 +50,12 @@ void mtf_reduce_into(void *acc, const void *in, size_t count, mtf_dtype dtype, m
     case MTF_F32: REDUCE_LOOP(float); break;
     case MTF_F64: REDUCE_LOOP(double); break;
     case MTF_I32: REDUCE_LOOP(int32_t); break;
-    case MTF_BF16: break; /* never reduced: mtf_comm refuses it before this */
+    case MTF_BF16: /* sums only (mtf_comm refuses the others): in float, rounded back */
+      for (size_t i = 0; i < count; i++) {
+        uint16_t *a = (uint16_t *)acc;
+        const uint16_t *b = (const uint16_t *)in;
+        a[i] = mtf_bf16_from_float(mtf_float_from_bf16(a[i]) + mtf_float_from_bf16(b[i]));
+      }
+      break;
   }
 }

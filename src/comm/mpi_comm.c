@@ -43,6 +43,21 @@ static MPI_Datatype mpi_type(mtf_dtype dtype) {
   return MPI_DATATYPE_NULL;
 }
 
+/* A bfloat16 sum (backend.grad_reduce bf16): each pair added in float and rounded back, as the ring's hops do
+ * on every transport. MPI_Op_create is local, so the op is made at first use. */
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)type;
+  mtf_reduce_into(inout, in, (size_t)*len, MTF_BF16, MTF_REDUCE_SUM);
+}
+
+static MPI_Op bf16_sum_op(void) {
+  static MPI_Op op = MPI_OP_NULL;
+  if (op == MPI_OP_NULL) MPI_Op_create(bf16_sum, 1, &op);
+  return op;
+}
+
+static MPI_Op mpi_op_for(mtf_reduce_op op, mtf_dtype dtype);
+
 static MPI_Op mpi_op(mtf_reduce_op op) {
   switch (op) {
     case MTF_REDUCE_SUM: return MPI_SUM;
@@ -51,6 +66,9 @@ static MPI_Op mpi_op(mtf_reduce_op op) {
   }
   return MPI_OP_NULL;
 }
+
+/* comm.c lets only sums of bfloat16 through. */
+static MPI_Op mpi_op_for(mtf_reduce_op op, mtf_dtype dtype) { return dtype == MTF_BF16 ? bf16_sum_op() : mpi_op(op); }
 
 /* MPI counts are ints; larger messages need chunking, which no caller needs yet. */
 static int int_count(size_t count, const char *what, mtf_error *err) {
@@ -64,7 +82,7 @@ static int mpi_allreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, void
                          mtf_reduce_op op, mtf_error *err) {
   MTF_CHECK(int_count(count, "allreduce", err));
   const void *send = in == out ? MPI_IN_PLACE : in;
-  MPI_TRY(MPI_Allreduce(send, out, (int)count, mpi_type(dtype), mpi_op(op), impl_of(comm)->groups[axes]));
+  MPI_TRY(MPI_Allreduce(send, out, (int)count, mpi_type(dtype), mpi_op_for(op, dtype), impl_of(comm)->groups[axes]));
   return MTF_OK;
 }
 
@@ -76,7 +94,7 @@ static int mpi_iallreduce(mtf_comm *comm, mtf_axis_set axes, const void *in, voi
                           mtf_reduce_op op, mtf_comm_request *req, mtf_error *err) {
   MTF_CHECK(int_count(count, "allreduce", err));
   const void *send = in == out ? MPI_IN_PLACE : in;
-  MPI_TRY(MPI_Iallreduce(send, out, (int)count, mpi_type(dtype), mpi_op(op), impl_of(comm)->groups[axes],
+  MPI_TRY(MPI_Iallreduce(send, out, (int)count, mpi_type(dtype), mpi_op_for(op, dtype), impl_of(comm)->groups[axes],
                          request_of(req)));
   req->active = 1;
   return MTF_OK;
@@ -111,7 +129,7 @@ static int mpi_allgather_blocks(mtf_comm *comm, mtf_axis_set axes, const void *i
 static int mpi_reduce_scatter_blocks(mtf_comm *comm, mtf_axis_set axes, const void *in_blocks, void *out,
                                      size_t block_count, mtf_dtype dtype, mtf_reduce_op op, mtf_error *err) {
   MTF_CHECK(int_count(block_count, "reduce_scatter block", err));
-  MPI_TRY(MPI_Reduce_scatter_block(in_blocks, out, (int)block_count, mpi_type(dtype), mpi_op(op),
+  MPI_TRY(MPI_Reduce_scatter_block(in_blocks, out, (int)block_count, mpi_type(dtype), mpi_op_for(op, dtype),
                                    impl_of(comm)->groups[axes]));
   return MTF_OK;
 }

@@ -137,6 +137,9 @@ static const key_spec schema[] = {
      "bf16 copy of each weight, made once per step) with fp32 accumulation and fp32 results; parameters, "
      "optimizer slots, checkpoints, gradients and their allreduces, norms, softmax, attention and the loss "
      "stay fp32 (cpu: oneDNN, AMX or AVX512-BF16 where the CPU has them)"},
+    {"backend.grad_reduce", KEY_CHOICE, F(grad_reduce), "fp32", 0, 0, "fp32|bf16",
+     "what the bucketed gradient allreduces (train.allreduce_bucket_mb) send: fp32, or bf16 for half the bytes "
+     "(each bucket cast to bf16, summed so, cast back into the fp32 gradients; the sum rounds at every hop)"},
     {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
      "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
@@ -619,6 +622,13 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
                          "cuda (set that, or remove the key)", src, cfg->tf32 ? "backend.tf32" : "backend.device",
                          cfg->backend);
   cfg->model.bf16_matmuls = strcmp(cfg->precision, "bf16") == 0;
+  if (strcmp(cfg->grad_reduce, "bf16") == 0 && cfg->train.allreduce_bucket_mb <= 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
+                         "but train.allreduce_bucket_mb is 0 (no buckets): set it above 0 (4 is the default), or "
+                         "grad_reduce: fp32", src);
+  if (strcmp(cfg->grad_reduce, "bf16") == 0 && strcmp(cfg->backend, "pjrt") == 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the pjrt backend "
+                         "(its compiled program sums gradients in fp32): use grad_reduce: fp32", src);
   /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
   if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "

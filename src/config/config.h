@@ -77,7 +77,8 @@ typedef struct mtf_config {
   double peak_gflops;            /* backend.peak_gflops: per-rank peak for MFU; 0 = measured at start-up */
   int64_t device;                /* backend.device: cuda GPU ordinal; -1 = from the rank's local rank */
   int tf32;                      /* backend.tf32: cuda fp32 GEMMs may use TF32 tensor cores */
-  char precision[MTF_CONFIG_TEXT]; /* backend.precision: fp32 | bf16 (cuda only) */
+  char precision[MTF_CONFIG_TEXT]; /* backend.precision: fp32 | bf16 (the model's matmul operands) */
+  char grad_reduce[MTF_CONFIG_TEXT]; /* backend.grad_reduce: fp32 | bf16 (the gradient buckets on the wire) */
   char comm[MTF_CONFIG_TEXT];    /* backend.comm: auto|nccl|mpi, the collectives on device memory */
 } mtf_config;
 

@@ -423,12 +423,38 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
 
 /* A bucket's allreduce, started in place over its range; the backend's pending work on that memory ends
  * first, as before any collective. Starting does not block: its time counts as progress, not comm. */
+/* backend.grad_reduce bf16: a bucket travels as its bfloat16 copy in the step's staging buffer (scratch),
+ * cast by the backend's own cast kernel, so it works on any backend's memory. */
+static int cast_bucket(mtf_session *s, const mtf_step *st, const void *in, mtf_dtype from, void *out, mtf_dtype to,
+                       mtf_error *err) {
+  mtf_step cast;
+  memset(&cast, 0, sizeof cast);
+  cast.kind = MTF_STEP_KERNEL;
+  cast.op = MTF_OP_CAST;
+  cast.node = st->node;
+  cast.n_in = 1;
+  cast.in_dtype[0] = from;
+  cast.out_dtype = to;
+  cast.in_shape[0] = cast.out_shape = st->out_shape;
+  cast.params.cast.to = to;
+  cast.scratch = -1;
+  mtf_kernel_args args = {.out = out, .in = {in}};
+  int rc = s->backend->kernels[MTF_OP_CAST](s->backend, &cast, &args);
+  return rc ? mtf_error_set(err, rc, "gradient bucket: cast to %s failed", mtf_dtype_name(to)) : MTF_OK;
+}
+
 static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
   double start = mtf_now_seconds();
+  void *range = buffer_data(s, st->out), *wire = range;
+  mtf_dtype wire_dtype = MTF_F32;
+  if (st->scratch >= 0) {
+    wire = buffer_data(s, st->scratch);
+    wire_dtype = s->plan->buffers[st->scratch].dtype;
+    MTF_CHECK(cast_bucket(s, st, range, MTF_F32, wire, wire_dtype, err));
+  }
   MTF_CHECK(s->backend->mem->synchronize(s->backend));
-  void *range = buffer_data(s, st->out);
-  int rc = mtf_comm_iallreduce(s->step_comm, st->axes, range, range, (size_t)mtf_shape_num_elements(&st->out_shape),
-                               MTF_F32, st->reduce_op, &s->requests[st->bucket], err);
+  int rc = mtf_comm_iallreduce(s->step_comm, st->axes, wire, wire, (size_t)mtf_shape_num_elements(&st->out_shape),
+                               wire_dtype, st->reduce_op, &s->requests[st->bucket], err);
   if (rc == MTF_OK && s->requests[st->bucket].active) s->in_flight[s->n_in_flight++] = st->bucket;
   s->progress_seconds += mtf_now_seconds() - start;
   return rc;
@@ -510,7 +536,9 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
     case MTF_STEP_ALLREDUCE_START:
       return start_bucket(s, st, err);
     case MTF_STEP_ALLREDUCE_WAIT:
-      return wait_bucket(s, st->bucket, err);
+      MTF_CHECK(wait_bucket(s, st->bucket, err));
+      if (st->scratch < 0) return MTF_OK;
+      return cast_bucket(s, st, buffer_data(s, st->scratch), s->plan->buffers[st->scratch].dtype, out, MTF_F32, err);
     case MTF_STEP_SLICE:
       return be->mem->slice(be, &st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out,
                             step_elem_size(s, st));
@@ -671,6 +699,10 @@ const char *mtf_session_collectives(const mtf_session *s) {
   return c->ops->name;
 }
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
+const char *mtf_session_bf16_text(const mtf_session *s) {
+  if (s->options.precision != MTF_PRECISION_BF16 || s->spmd || !s->backend->bf16_text) return NULL;
+  return s->backend->bf16_text(s->backend);
+}
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
 const char *mtf_session_backend(const mtf_session *s) { return s->spmd ? "pjrt" : s->backend->name; }
 int mtf_session_threads(const mtf_session *s) {
@@ -697,9 +729,6 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
       return mtf_error_set(err, MTF_ERR_INVALID, "session: the device plans are of another graph than the host plan");
   mtf_session_options opts = {0};
   if (options) opts = *options;
-  if (opts.precision != MTF_PRECISION_FP32)
-    return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the pjrt backend, which "
-                         "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda");
   const mtf_session *other = opts.share_variables_with;
   if (other && (!other->spmd || other->plan->graph != host_plan->graph))
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "exec/backend.h"
+#include "exec/cpu/bf16.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/pjrt_backend.h"
 #endif
@@ -27,7 +28,7 @@ static int create_pjrt(const mtf_backend_options *options, mtf_backend **out, mt
 static const backend_entry builtin[] = {
     {"cpu", create_cpu, 1},
 #ifdef MTF_HAVE_PJRT
-    {"pjrt", create_pjrt, 0},
+    {"pjrt", create_pjrt, 1},
 #endif
 #ifdef MTF_HAVE_CUDA
     {"cuda", mtf_cuda_backend_create, 1},
@@ -71,6 +72,8 @@ static const backend_entry *find(const char *kind, mtf_error *err) {
                                             "CUDACXX, with MTF_ENABLE_CUDA=ON)" : "");
   return NULL;
 }
+
+const char *mtf_cpu_bf16_text(void) { return mtf_cpu_bf16_path(); }
 
 int mtf_backend_check(const char *kind, mtf_error *err) { return find(kind, err) ? MTF_OK : MTF_ERR_INVALID; }
 

@@ -111,7 +111,7 @@ static int by_open(const void *a, const void *b) {
   return x->step - y->step;
 }
 
-static int add_range_buffer(mtf_plan *p, int64_t elements, int node) {
+static int add_range_buffer(mtf_plan *p, int64_t elements, int node, mtf_dtype dtype) {
   if (p->n_buffers + 1 > p->cap_buffers) {
     int cap = p->cap_buffers ? 2 * p->cap_buffers : 64;
     mtf_buffer *grown = realloc(p->buffers, sizeof(mtf_buffer) * (size_t)cap);
@@ -122,7 +122,7 @@ static int add_range_buffer(mtf_plan *p, int64_t elements, int node) {
   mtf_buffer *b = &p->buffers[p->n_buffers];
   memset(b, 0, sizeof *b);
   b->kind = MTF_BUF_ARENA;
-  b->dtype = MTF_F32;
+  b->dtype = dtype;
   b->elements = elements;
   b->first_step = INT_MAX;
   b->last_step = -1;
@@ -141,7 +141,7 @@ static mtf_step bucket_step(const mtf_plan *p, mtf_step_kind kind, int k) {
   s.out_dtype = s.in_dtype[0] = MTF_F32;
   mtf_shape_append(&s.out_shape, "bucket", bk->elements, NULL);
   s.in_shape[0] = s.out_shape;
-  s.scratch = -1;
+  s.scratch = bk->staging;
   s.axes = bk->axes;
   s.reduce_op = MTF_REDUCE_SUM;
   s.bucket = k;
@@ -150,7 +150,8 @@ static mtf_step bucket_step(const mtf_plan *p, mtf_step_kind kind, int k) {
 
 /* Packs the qualifying candidates (sorted by open) into buckets; returns how many, or -1 (no memory).
  * start_gap / wait_gap: the new steps go before old step `gap` (n_steps: at the end). */
-static int make_buckets(mtf_plan *p, candidate *q, int n, int64_t cap_elements, int *start_gap, int *wait_gap) {
+static int make_buckets(mtf_plan *p, candidate *q, int n, int64_t cap_elements, mtf_dtype wire, int *start_gap,
+                        int *wait_gap) {
   int open_bucket[1u << MTF_MAX_MESH_AXES];
   for (unsigned a = 0; a < (1u << MTF_MAX_MESH_AXES); a++) open_bucket[a] = -1;
   p->buckets = calloc((size_t)n + 1, sizeof(mtf_bucket));
@@ -163,7 +164,7 @@ static int make_buckets(mtf_plan *p, candidate *q, int n, int64_t cap_elements, 
     if (k >= 0 && p->buckets[k].elements + elements > cap_elements) k = -1;
     if (k < 0) {
       k = open_bucket[s->axes] = nb++;
-      p->buckets[k] = (mtf_bucket){.buffer = -1, .axes = s->axes};
+      p->buckets[k] = (mtf_bucket){.buffer = -1, .staging = -1, .axes = s->axes};
       start_gap[k] = 0;
       wait_gap[k] = p->n_steps;
     }
@@ -182,8 +183,12 @@ static int make_buckets(mtf_plan *p, candidate *q, int n, int64_t cap_elements, 
     int first_member = -1;
     for (int i = 0; i < n && first_member < 0; i++)
       if (q[i].bucket == k) first_member = q[i].buffer;
-    p->buckets[k].buffer = add_range_buffer(p, p->buckets[k].elements, p->buffers[first_member].node);
+    p->buckets[k].buffer = add_range_buffer(p, p->buckets[k].elements, p->buffers[first_member].node, MTF_F32);
     if (p->buckets[k].buffer < 0) return -1;
+    if (wire == MTF_BF16) {
+      p->buckets[k].staging = add_range_buffer(p, p->buckets[k].elements, p->buffers[first_member].node, MTF_BF16);
+      if (p->buckets[k].staging < 0) return -1;
+    }
   }
   return nb;
 }
@@ -237,6 +242,10 @@ static void remap_lifetimes(mtf_plan *p, const int *map) {
     mtf_buffer *range = &p->buffers[p->buckets[k].buffer];
     range->first_step = p->buckets[k].start_step;
     range->last_step = p->buckets[k].wait_step;
+    if (p->buckets[k].staging >= 0) {
+      p->buffers[p->buckets[k].staging].first_step = p->buckets[k].start_step;
+      p->buffers[p->buckets[k].staging].last_step = p->buckets[k].wait_step;
+    }
   }
   for (int b = 0; b < p->n_buffers; b++) {
     mtf_buffer *buf = &p->buffers[b];
@@ -249,7 +258,7 @@ static void remap_lifetimes(mtf_plan *p, const int *map) {
   }
 }
 
-int mtf_plan_bucket_allreduces(mtf_plan *p, int64_t bucket_bytes, mtf_error *err) {
+int mtf_plan_bucket_allreduces(mtf_plan *p, int64_t bucket_bytes, mtf_dtype wire, mtf_error *err) {
   if (bucket_bytes <= 0 || p->n_steps == 0) return MTF_OK;
   int64_t cap_elements = bucket_bytes / (int64_t)sizeof(float);
   if (cap_elements < 1) cap_elements = 1;
@@ -271,7 +280,7 @@ int mtf_plan_bucket_allreduces(mtf_plan *p, int64_t bucket_bytes, mtf_error *err
   for (int i = 0; i < n; i++)
     if (c[i].open < end && end <= c[i].close) c[kept++] = c[i];
   qsort(c, (size_t)kept, sizeof(candidate), by_open);
-  if (make_buckets(p, c, kept, cap_elements, start_gap, wait_gap) < 0 ||
+  if (make_buckets(p, c, kept, cap_elements, wire, start_gap, wait_gap) < 0 ||
       rebuild_steps(p, c, kept, start_gap, wait_gap, map) < 0) {
     rc = MTF_ERR_NOMEM;
     goto done;
@@ -280,7 +289,15 @@ int mtf_plan_bucket_allreduces(mtf_plan *p, int64_t bucket_bytes, mtf_error *err
   /* The same bytes cross the wire (the ring formula is linear in them), in fewer calls. */
   p->stats.comm_calls[MTF_COLL_ALLREDUCE] += p->n_buckets - kept;
   p->stats.allreduce_buckets = p->n_buckets;
-  for (int k = 0; k < p->n_buckets; k++) p->stats.bucketed_bytes += p->buckets[k].elements * (int64_t)sizeof(float);
+  for (int k = 0; k < p->n_buckets; k++) {
+    p->stats.bucketed_bytes += p->buckets[k].elements * (int64_t)sizeof(float);
+    /* lowering counted the members' sums at 4 bytes an element; bfloat16 on the wire sends half */
+    if (wire == MTF_BF16) {
+      int group = mtf_mesh_group_size(&p->mesh, p->buckets[k].axes);
+      p->stats.comm_bytes[MTF_COLL_ALLREDUCE] -=
+          (int64_t)mtf_collective_bytes_sent(MTF_COLL_ALLREDUCE, group, (double)p->buckets[k].elements * 2.0);
+    }
+  }
 done:
   free(c);
   free(reductions);

@@ -483,7 +483,8 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     rc = mtf_lw_add_step(&lw, &s);
   }
   free(lw.pending);
-  if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes, err);
+  if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes,
+                                                                        options->bucket_wire_dtype, err);
   if (rc != MTF_OK) {
     mtf_plan_destroy(p);
     return rc;

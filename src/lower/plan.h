@@ -79,6 +79,8 @@ typedef struct mtf_step {
 /* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */
 typedef struct mtf_bucket {
   int buffer;            /* the arena buffer spanning the members, one after another */
+  int staging;           /* MTF_BF16 on the wire: its bfloat16 copy, alive from START to WAIT (else -1); the
+                          * START and WAIT steps carry it as their scratch */
   mtf_axis_set axes;
   int n_members;
   int64_t elements;
@@ -120,6 +122,6 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan);
 /* buckets.c: after lowering, before memory planning: groups the plan's gradient allreduces into buckets of
  * at most bucket_bytes (a larger gradient gets a bucket of its own), each reduced by one START/WAIT pair
  * that replaces the members' blocking allreduces. 0 leaves the plan as it is. */
-int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_error *err);
+int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_dtype wire, mtf_error *err);
 
 #endif

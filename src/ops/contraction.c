@@ -129,11 +129,17 @@ static int64_t einsum_flops(const mtf_step *s) {
   return (s->n_in == 2 ? 2 : 1) * mtf_shape_num_elements(&all);
 }
 
+/* float32 elements: the decomposition's packed copies, and for bfloat16 operands that must be summed or
+ * reordered first, both operands widened to float32 after them (the CUDA backend multiplies those in fp32:
+ * exact products, as a bfloat16 GEMM's). */
 static int64_t einsum_scratch(const mtf_step *s) {
   if (s->n_in != 2) return 0;
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&s->in_shape[0], &s->in_shape[1], &s->out_shape, &d);
-  return d.scratch_elements;
+  int64_t n = d.scratch_elements;
+  if (s->in_dtype[0] == MTF_BF16 && (d.a_summed || d.b_summed || d.a_packed || d.b_packed))
+    n += mtf_shape_num_elements(&s->in_shape[0]) + mtf_shape_num_elements(&s->in_shape[1]);
+  return n;
 }
 
 static mtf_shape union_of(const mtf_ref_args *a) {

@@ -91,7 +91,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
     fetches[4 + 3 * i] = p->train_model.moe[i].aux_loss;
   }
   fetches[n_fetches - 1] = p->grad_norm;
-  mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)};
+  mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
+                              .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);

@@ -191,7 +191,10 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   if (!metrics && rank == 0) fprintf(stderr, "mtf train: warning: metrics are not written: %s\n", metrics_err.msg);
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
   /* The host's sgemm is the ceiling of the host backends only (cuda: backend.peak_gflops, or none). */
-  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, strcmp(cfg->backend, "cuda") != 0);
+  /* A bf16 run on cpu: the ceiling of its products is the bf16 matmul's, not sgemm's. */
+  int bf16_threads = strcmp(cfg->backend, "cpu") == 0 && strcmp(cfg->precision, "bf16") == 0
+                         ? mtf_session_threads(st.train) : 0;
+  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, strcmp(cfg->backend, "cuda") != 0, bf16_threads);
   double job_peak = peak.job;
   print_header(&st, &peak);
 

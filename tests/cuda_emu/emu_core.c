@@ -1,11 +1,14 @@
 /* The CUDA backend's own parts on the emulator (kind "cuda-emu"): its memory operations against the CPU
  * backend's, byte for byte (slice, concat_blocks, split_blocks over every axis, 4-byte and odd element
- * sizes, fill, copy, upload/download), and its einsum's precisions against a double-precision product:
+ * sizes, fill, copy, upload/download) and its cast kernel (float32 <-> bfloat16, the same bits for every input
+ * pattern), and its einsum's precisions against a double-precision product:
  *   - fp32: within 1e-6 of the reference (relative to the product's scale);
- *   - bf16 (backend.precision): within 1e-6 of the product of the bf16-rounded inputs, and NOT within 1e-4
- *     of the exact product (so the rounding did happen: fp32 would pass the first bound too);
+ *   - bf16 (backend.precision bf16: the graph's matmul dtype, so the einsum gets bfloat16 operands through
+ *     casts): within 1e-6 of the product of the bf16-rounded inputs, and NOT within 1e-4 of the exact product
+ *     (so the rounding did happen: fp32 would pass the first bound too);
  *   - tf32 (backend.tf32): within 2e-3 of the exact product.
- * Operand orders cover the in-place transposes, packing and an unpacked product, and a batch dim. */
+ * Operand orders cover the in-place transposes, packing and an unpacked product, a batch dim and dims summed
+ * out of one operand (bfloat16: the GEMM on the operands as they are, or on float32 widened copies). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,10 +37,9 @@ static int backend_pair(const mtf_backend_options *emu_options, mtf_backend **cp
 /* Runs one memory operation on both backends from the same bytes and compares the outputs. */
 typedef int (*memory_op)(mtf_backend *b, const void *in, void *out, void *arg);
 
-static void compare_op(mtf_backend *cpu, mtf_backend *emu, memory_op op, void *arg, size_t in_bytes, size_t out_bytes,
-                       const char *what) {
-  unsigned char *host_in = malloc(in_bytes), *cpu_out = malloc(out_bytes), *emu_out = malloc(out_bytes);
-  for (size_t i = 0; i < in_bytes; i++) host_in[i] = (unsigned char)(i * 7 + 3);
+static void compare_op_from(mtf_backend *cpu, mtf_backend *emu, memory_op op, void *arg, const unsigned char *host_in,
+                            size_t in_bytes, size_t out_bytes, const char *what) {
+  unsigned char *cpu_out = malloc(out_bytes), *emu_out = malloc(out_bytes);
   memset(cpu_out, 0xab, out_bytes);
   void *cin = cpu->mem->allocate(cpu, in_bytes), *cout = cpu->mem->allocate(cpu, out_bytes);
   void *din = emu->mem->allocate(emu, in_bytes), *dout = emu->mem->allocate(emu, out_bytes);
@@ -56,7 +58,15 @@ static void compare_op(mtf_backend *cpu, mtf_backend *emu, memory_op op, void *a
   CHECK(same);
   cpu->mem->release(cpu, cin), cpu->mem->release(cpu, cout);
   emu->mem->release(emu, din), emu->mem->release(emu, dout);
-  free(host_in), free(cpu_out), free(emu_out);
+  free(cpu_out), free(emu_out);
+}
+
+static void compare_op(mtf_backend *cpu, mtf_backend *emu, memory_op op, void *arg, size_t in_bytes, size_t out_bytes,
+                       const char *what) {
+  unsigned char *host_in = malloc(in_bytes);
+  for (size_t i = 0; i < in_bytes; i++) host_in[i] = (unsigned char)(i * 7 + 3);
+  compare_op_from(cpu, emu, op, arg, host_in, in_bytes, out_bytes, what);
+  free(host_in);
 }
 
 typedef struct blocks_arg {
@@ -91,7 +101,52 @@ static int op_fill_copy(mtf_backend *b, const void *in, void *out, void *arg) {
   return b->mem->fill_f32(b, (float *)out + n / 3, -2.5f, n / 2); /* over part of the copy */
 }
 
+/* The cast kernel (MTF_OP_CAST) over n elements; both backends must give the same bits (core/bf16.h's
+ * rounding on each) for every kind of input: random float32 bit patterns (NaNs with payloads, subnormals)
+ * and the edge cases (ties both ways, overflow to infinity, infinities, signed zeros), and every bfloat16. */
+typedef struct cast_arg {
+  mtf_dtype from, to;
+  int64_t n;
+} cast_arg;
+
+static int op_cast(mtf_backend *b, const void *in, void *out, void *arg) {
+  cast_arg *c = arg;
+  mtf_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = MTF_STEP_KERNEL;
+  st.op = MTF_OP_CAST;
+  st.n_in = 1;
+  st.in_dtype[0] = c->from;
+  st.out_dtype = c->to;
+  st.params.cast.to = c->to;
+  st.scratch = -1;
+  mtf_shape_append(&st.in_shape[0], "x", c->n, NULL);
+  st.out_shape = st.in_shape[0];
+  mtf_kernel_args a;
+  memset(&a, 0, sizeof a);
+  a.in[0] = in;
+  a.out = out;
+  return b->kernels[MTF_OP_CAST](b, &st, &a);
+}
+
 static void test_memory(mtf_backend *cpu, mtf_backend *emu) {
+  enum { N32 = 4099, N16 = 65536 };
+  static const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                   0xff800000u, 0x80000000u, 0x00000000u, 0x7f800001u, 0xffc00000u, 0x007fffffu,
+                                   0x00008000u, 0x00018000u, 0x7f7f8000u};
+  uint32_t *f32 = malloc(sizeof(uint32_t) * N32);
+  uint16_t *b16 = malloc(sizeof(uint16_t) * N16);
+  for (int i = 0; i < N32; i++) {
+    lcg = lcg * 1664525u + 1013904223u;
+    f32[i] = i < (int)(sizeof edges / sizeof edges[0]) ? edges[i] : lcg ^ (lcg << 13);
+  }
+  for (int i = 0; i < N16; i++) b16[i] = (uint16_t)i;
+  cast_arg to_bf16 = {MTF_F32, MTF_BF16, N32}, to_f32 = {MTF_BF16, MTF_F32, N16};
+  compare_op_from(cpu, emu, op_cast, &to_bf16, (const unsigned char *)f32, N32 * 4, N32 * 2,
+                  "cast float32 -> bfloat16");
+  compare_op_from(cpu, emu, op_cast, &to_f32, (const unsigned char *)b16, N16 * 2, N16 * 4,
+                  "cast bfloat16 -> float32");
+  free(f32), free(b16);
   const size_t elems[] = {4, 8, 2, 3};
   for (size_t e = 0; e < sizeof elems / sizeof elems[0]; e++) {
     for (int axis = 0; axis < 3; axis++) {
@@ -160,6 +215,7 @@ static double run_einsum(const einsum_case *c, const mtf_backend_options *backen
   mtf_shape_parse(c->b, "b", &bs, NULL);
   mtf_shape_parse(c->out, "out", &os, NULL);
   mtf_graph *g = mtf_graph_create(1);
+  if (backend->precision == MTF_PRECISION_BF16) mtf_graph_set_matmul_dtype(g, MTF_BF16);
   mtf_tensor ta = mtf_input(g, "a", &as), tb = mtf_input(g, "b", &bs);
   mtf_tensor prod = mtf_einsum2(g, ta, tb, &os);
   mtf_layout_rules rules;
@@ -195,6 +251,9 @@ static void test_einsum(mtf_comm *comm) {
       {"transposed flags", "k:53,m:37", "n:29,k:53", "m:37,n:29"},
       {"batch, packed operands and product", "m:9,e:3,k:40", "k:40,e:3,n:11", "n:11,e:3,m:9"},
       {"batched in place", "e:2,m:17,k:64", "e:2,k:64,n:5", "e:2,m:17,n:5"},
+      {"operands in place, product unpacked", "e:3,m:9,k:40", "e:3,k:40,n:11", "n:11,e:3,m:9"},
+      {"product [n][m]: operands swapped", "e:2,k:33,m:9", "e:2,k:33,n:13", "e:2,n:13,m:9"},
+      {"dims summed out of each operand", "m:7,x:3,k:30", "y:2,k:30,n:5", "m:7,n:5"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const einsum_case *c = &cases[i];

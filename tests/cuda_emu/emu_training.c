@@ -4,8 +4,9 @@
  * or Adafactor) for N steps on the same token batches, on each backend in turn over the same mesh and
  * layout, and the losses must agree within 1e-4 relative at every step.
  *
- * --precision bf16 (or --tf32 1) runs cuda-emu with bf16 einsum inputs (TF32 GEMMs) against the fp32 cpu run:
- * then the losses must differ (the reduced precision is in effect) but by less than 2e-2 relative.
+ * --precision bf16 (or --tf32 1) runs cuda-emu with bf16 einsum inputs (the config's backend.precision bf16:
+ * the model's einsums take bfloat16 operands) (TF32 GEMMs) against the fp32 cpu run: then the losses must
+ * differ (the reduced precision is in effect) but by less than 2e-2 relative.
  *
  *   mpiexec -n R test_cuda_emu_training [--steps N] [--mesh SHAPE] [--layout TEXT] [--optimizer NAME]
  *                                       [--config FILE] [--precision fp32|bf16] [--tf32 0|1] */
@@ -61,9 +62,12 @@ int main(int argc, char **argv) {
   }
   const int exact = precision == MTF_PRECISION_FP32 && !tf32;
   if (steps < 1 || steps > MAX_STEPS) steps = 20;
-  mtf_config cfg;
+  mtf_config cfg, reduced_cfg; /* the cpu run's, and cuda-emu's (bf16 matmuls in the model with --precision bf16) */
   mtf_error err = {0};
   int rc = test_train_configure(&cfg, config, mesh, layout, optimizer, NULL, &err);
+  if (rc == MTF_OK)
+    rc = test_train_configure(&reduced_cfg, config, mesh, layout, optimizer,
+                              precision == MTF_PRECISION_BF16 ? "backend.precision=bf16" : NULL, &err);
   if (rc != MTF_OK) fprintf(stderr, "config: %s\n", err.msg);
   CHECK(rc == MTF_OK);
   double want[MAX_STEPS], got[MAX_STEPS];
@@ -73,7 +77,7 @@ int main(int argc, char **argv) {
     CHECK(rc == MTF_OK);
   }
   if (rc == MTF_OK) {
-    rc = train(&cfg, "cuda-emu", steps, got, &err);
+    rc = train(&reduced_cfg, "cuda-emu", steps, got, &err);
     if (rc != MTF_OK) fprintf(stderr, "cuda-emu: %s\n", err.msg);
     CHECK(rc == MTF_OK);
   }

@@ -292,6 +292,15 @@ static mtf_tensor c_bf16_mixed(ARGS) {
   return mtf_einsum2(g, mtf_cast(g, v[0], MTF_BF16), v[1], &o);
 }
 
+/* A bfloat16 tensor that moves: split along a (layout a:m), its rename to e (split nowhere) allgathers it,
+ * 2 bytes an element. */
+static mtf_tensor c_bf16_moved(ARGS) {
+  UNUSED_INPUTS;
+  mtf_tensor moved = mtf_rename(g, mtf_cast(g, v[0], MTF_BF16), "a", "e");
+  mtf_shape o = S("e:4,b:6");
+  return mtf_einsum2(g, moved, v[1], &o);
+}
+
 static const op_case cases[] = {
     {"einsum matmul", {"a:3,d:4", "d:4,b:5"}, c_matmul},
     {"einsum transposed operands", {"d:4,a:3", "b:5,d:4"}, c_matmul_transposed},
@@ -366,6 +375,7 @@ static const op_case cases[] = {
     {"bf16: einsum batch, odd order", {"e:2,a:3,d:4", "d:4,e:2,b:5"}, c_bf16_batch},
     {"bf16: einsum lonely and size-1 dims", {"a:3,c:1,d:4", "d:4,b:5"}, c_bf16_lonely},
     {"bf16: einsum of bf16 and fp32 operands", {"a:3,d:4", "d:4,b:6"}, c_bf16_mixed},
+    {"bf16: a bfloat16 operand gathered by a rename", {"a:4,d:4", "d:4,b:6"}, c_bf16_moved},
 };
 
 /* Ops without a gradient: values only, and mtf_gradients through them must fail. */

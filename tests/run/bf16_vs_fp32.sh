@@ -14,9 +14,5 @@ for precision in fp32 bf16; do
 done
 grep -q "bf16 matmuls" "$work/bf16.log" || { echo "the bf16 run's backend line does not say how it multiplies:"; grep "^backend" "$work/bf16.log"; exit 1; }
 grep "^backend" "$work/bf16.log"
-extract() { sed -E 's/.*"step": ([0-9]+), "loss": ([^,]+),.*/\1 \2/' "$1/metrics.jsonl"; }
-paste -d' ' <(extract "$work/fp32") <(extract "$work/bf16") | awk '
-  { d = $2 - $4; if (d < 0) d = -d; rel = d / ($2 < 0 ? -$2 : $2); if (rel > worst) worst = rel; if (d > 0) differ++;
-    if (rel > 2e-2) { bad++; print "step " $1 ": loss " $2 " (fp32) vs " $4 " (bf16)" } n++ }
-  END { printf "bf16 vs fp32: %d steps, worst relative loss difference %.2e, %d steps differ\n", n, worst, differ;
-        if (n != 20 || bad || differ == 0) exit 1 }'
+source "$(dirname "${BASH_SOURCE[0]}")/losses_close.sh"
+losses_close "bf16 vs fp32" 2e-2 "$work/fp32" "$work/bf16"

@@ -4,6 +4,7 @@
  * no bfloat16 instructions to use (an older CPU, or MTF_CPU_BF16=convert), and for the operand orders that
  * need a sum or a transpose first, the operands are widened to float32 and the float32 einsum runs: the same
  * numbers up to the order of the fp32 additions, since a product of two bfloat16 values is exact in fp32. */
+#include <cblas.h>
 #include <dlfcn.h>
 #include <dnnl.h>
 #include <pthread.h>
@@ -230,6 +231,21 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
   mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, a->out);
   return MTF_OK;
+}
+
+int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads) {
+  pthread_once(&path_once, choose_path);
+  if (native) {
+    product_key key = {1, m, n, k, 0, 0};
+    return onednn_product(threads, &key, a, b, c);
+  }
+  float *x = widened(threads, a, m * k), *y = widened(threads, b, k * n);
+  if (x && y)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, y, (int)n, 0.0f,
+                c, (int)n);
+  free(x);
+  free(y);
+  return x && y ? MTF_OK : MTF_ERR_NOMEM;
 }
 
 void mtf_cpu_register_bf16(mtf_kernel_fn *kernels) { kernels[MTF_OP_CAST] = k_cast; }

@@ -249,36 +249,12 @@ static const mtf_backend_memory cuda_memory = {
     cuda_slice, cuda_concat_blocks, cuda_split_blocks,
 };
 
-void *mtf_cuda_workspace(mtf_backend *b, size_t bytes) {
-  mtf_cuda_context *c = mtf_cuda_ctx(b);
-  if (bytes <= c->workspace_bytes) return c->workspace;
-  /* Grow to the need rounded up (einsums of one plan ask for few sizes: a handful of growths in all). */
-  size_t want = bytes + bytes / 4;
-  want = (want + 255) / 256 * 256;
-  if (c->workspace) {
-    cudaError_t rc = cudaStreamSynchronize(c->compute);
-    if (rc == cudaSuccess) rc = cudaFree(c->workspace);
-    c->workspace = NULL;
-    c->workspace_bytes = 0;
-    if (rc != cudaSuccess) {
-      mtf_cuda_fail(b, rc, "cudaFree(workspace)", __FILE__, __LINE__);
-      return NULL;
-    }
-  }
-  void *p = cuda_allocate(b, want);
-  if (!p) return NULL;
-  c->workspace = p;
-  c->workspace_bytes = want;
-  return p;
-}
-
 static void cuda_destroy(mtf_backend *b) {
   if (!b) return;
   mtf_cuda_context *c = mtf_cuda_ctx(b);
   if (c) {
     if (c->compute) cudaStreamSynchronize(c->compute);
     if (c->comm) cudaStreamSynchronize(c->comm);
-    if (c->workspace) cudaFree(c->workspace);
     if (c->cublas) cublasDestroy(c->cublas);
     if (c->compute) cudaStreamDestroy(c->compute);
     if (c->comm) cudaStreamDestroy(c->comm);
@@ -332,7 +308,6 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->ctx = c;
   c->device = device;
   c->tf32 = options->tf32;
-  c->precision = options->precision;
   if (setup(b, options) != MTF_OK) return create_failed(b, err, device);
   mtf_cuda_register_kernels(b->kernels);
   *out = b;

@@ -86,13 +86,9 @@ typedef struct mtf_cuda_context {
   cudaStream_t compute;    /* every kernel and GEMM of the plan, in plan order */
   cudaStream_t comm;       /* collectives (exec/cuda/ NCCL communicator), ordered against compute by events */
   cublasHandle_t cublas;   /* bound to `compute` */
-  int tf32;                /* backend.tf32: cuBLAS may use TF32 tensor cores for fp32 GEMMs */
-  mtf_precision precision; /* backend.precision: bf16 = einsum inputs in bf16, fp32 accumulate and output */
+  int tf32;                /* backend.tf32: cuBLAS may use TF32 tensor cores for fp32 GEMMs (bfloat16 GEMMs
+                            * come from the graph: einsums of MTF_BF16 operands, einsum.cu) */
   int sm_count;            /* multiprocessors (grid sizing) */
-  /* Device scratch the einsum uses for permuted or bf16 copies of its operands, grown on demand (the first
-   * steps; the same sizes afterwards, so no allocation per step once warm). */
-  void *workspace;
-  size_t workspace_bytes;
   void *comm_state;        /* the NCCL communicator's, when one is bound to this backend */
   char last_error[512];    /* what the last failed CUDA or cuBLAS call said, with where */
 } mtf_cuda_context;
@@ -159,10 +155,6 @@ __device__ inline float mtf_block_max(float value) { MTF_BLOCK_REDUCE_BODY(float
 /* cuda_info.cu: the GPU this rank computes on: options->device, else its local rank (OMPI_COMM_WORLD_LOCAL_RANK,
  * SLURM_LOCALID, else 0) modulo the visible GPUs; no usable GPU is an error naming what was looked for. */
 int mtf_cuda_pick_device(const mtf_backend_options *options, int *device, mtf_error *err);
-
-/* backend.cu: device scratch of at least `bytes` (the context's workspace, grown by reallocation after the
- * stream is idle), or NULL after recording the failure. */
-void *mtf_cuda_workspace(mtf_backend *b, size_t bytes);
 
 /* ---- the kernel table ---- */
 

@@ -1,10 +1,15 @@
 /* CUDA kernels of the elementwise, source and structural ops: constant, range, broadcast, binary, unary,
  * one_hot, random_keep (core/rng's counter hash over global indices, as the CPU), masked_fill, where,
- * to_float and take. One thread per output element in grid-stride loops; operands are read through a
- * k_walk (strides by name), so broadcasting by name is the same code as the plain case. Reshape, rename and
+ * to_float, take and cast (float32 <-> bfloat16 by core/bf16.h's rounding, so the bits are the CPU's). One
+ * thread per output element in grid-stride loops; operands are read through a k_walk (strides by name), so
+ * broadcasting by name is the same code as the plain case. Reshape, rename and
  * stop_gradient have no kernel: lowering aliases their buffers. */
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
+
+extern "C" {
+#include "core/bf16.h"
+}
 
 MTF_CUDA_BEGIN
 
@@ -128,6 +133,14 @@ __global__ void k_take_kernel(int64_t n, int64_t inner, int64_t size, int64_t in
   MTF_GRID_STRIDE(e, n) out[e] = in[((e / inner) * size + index) * inner + e % inner];
 }
 
+__global__ void k_to_bf16_kernel(int64_t n, const float *in, mtf_bf16 *out) {
+  MTF_GRID_STRIDE(e, n) out[e] = mtf_bf16_from_float(in[e]);
+}
+
+__global__ void k_from_bf16_kernel(int64_t n, const mtf_bf16 *in, float *out) {
+  MTF_GRID_STRIDE(e, n) out[e] = mtf_float_from_bf16(in[e]);
+}
+
 /* ---- the kernels of the op table ---- */
 
 static inline int64_t count_of(const mtf_shape *s) { return mtf_shape_num_elements(s); }
@@ -244,6 +257,30 @@ static int k_take(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   K_DONE(b, "take");
 }
 
+int mtf_cuda_k_cast(mtf_backend *b, const void *in, mtf_dtype from, void *out, mtf_dtype to, int64_t n) {
+  if (n <= 0) return MTF_OK;
+  if (from == to) {
+    MTF_CUDA_CHECK(b, cudaMemcpyAsync(out, in, (size_t)n * mtf_dtype_size(to), cudaMemcpyDeviceToDevice, K_STREAM(b)));
+    return MTF_OK;
+  }
+  if (from == MTF_F32 && to == MTF_BF16) {
+    MTF_LAUNCH(k_to_bf16_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const float *)in,
+               (mtf_bf16 *)out);
+    K_DONE(b, "cast to bfloat16");
+  }
+  if (from == MTF_BF16 && to == MTF_F32) {
+    MTF_LAUNCH(k_from_bf16_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const mtf_bf16 *)in,
+               (float *)out);
+    K_DONE(b, "cast to float32");
+  }
+  return mtf_cuda_refuse(b, "cast: %s -> %s is not a cast the CUDA backend has (float32 <-> bfloat16)",
+                         mtf_dtype_name(from), mtf_dtype_name(to));
+}
+
+static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  return mtf_cuda_k_cast(b, a->in[0], st->in_dtype[0], a->out, st->out_dtype, count_of(&st->out_shape));
+}
+
 void mtf_cuda_register_elementwise(mtf_kernel_fn *k) {
   k[MTF_OP_CONSTANT] = k_constant;
   k[MTF_OP_RANGE] = k_range;
@@ -256,6 +293,7 @@ void mtf_cuda_register_elementwise(mtf_kernel_fn *k) {
   k[MTF_OP_WHERE] = k_where;
   k[MTF_OP_TO_FLOAT] = k_to_float;
   k[MTF_OP_TAKE] = k_take;
+  k[MTF_OP_CAST] = k_cast;
 }
 
 MTF_CUDA_END

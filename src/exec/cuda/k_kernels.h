@@ -23,6 +23,9 @@ int mtf_cuda_reduce_into(mtf_backend *b, const mtf_shape *in_shape, const float 
                          float *out);
 /* out[0, n) = value on the compute stream (k_elementwise.cu). */
 int mtf_cuda_k_fill(mtf_backend *b, float *out, float value, int64_t n);
+/* n elements of `in` (dtype from) into out as dtype to: float32 <-> bfloat16 by core/bf16.h's rounding, or a
+ * copy when the dtypes are the same, on the compute stream (k_elementwise.cu; the cast op's kernel). */
+int mtf_cuda_k_cast(mtf_backend *b, const void *in, mtf_dtype from, void *out, mtf_dtype to, int64_t n);
 
 MTF_CUDA_END
 

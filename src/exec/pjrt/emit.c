@@ -22,6 +22,16 @@ void e_rank_values(h_emitter *E, int64_t (*get)(const mtf_step *st, void *arg), 
   for (int r = 0; r < E->n_plans; r++) values[r] = get(&E->plans[r]->steps[E->step], arg);
 }
 
+/* A kernel's operands and result have the step's dtypes; the data movement steps (slices, copies,
+ * collectives) carry none and move their buffers' values as they are: bfloat16 stays bf16. */
+static h_elem in_elem(const h_emitter *E, const mtf_step *st, int k) {
+  return h_elem_of(st->kind == MTF_STEP_KERNEL ? st->in_dtype[k] : E->plans[0]->buffers[st->in[k]].dtype);
+}
+
+static h_elem out_elem(const h_emitter *E, const mtf_step *st) {
+  return h_elem_of(st->kind == MTF_STEP_KERNEL ? st->out_dtype : E->plans[0]->buffers[st->out].dtype);
+}
+
 int e_input(h_emitter *E, const mtf_step *st, int k) {
   if (k < 0 || k >= st->n_in) {
     e_fail(E, st, "the emitter reads an input the step does not have");
@@ -29,7 +39,7 @@ int e_input(h_emitter *E, const mtf_step *st, int k) {
   }
   int b = st->in[k], v = E->buffer_value[b];
   h_shape s = h_shape_of(&st->in_shape[k]);
-  h_elem e = h_elem_of(st->in_dtype[k]);
+  h_elem e = in_elem(E, st, k);
   if (v < 0) return h_splat(E, 0.0, e, s); /* never written: the executor's zero-filled inputs */
   if (h_shape_count(&h_t(E, v)->s) != h_shape_count(&s)) {
     e_fail(E, st, "an input buffer holds a value of another size");
@@ -39,7 +49,7 @@ int e_input(h_emitter *E, const mtf_step *st, int k) {
 }
 
 void e_output(h_emitter *E, const mtf_step *st, int value) {
-  E->buffer_value[st->out] = h_convert(E, h_reshape(E, value, h_shape_of(&st->out_shape)), h_elem_of(st->out_dtype));
+  E->buffer_value[st->out] = h_convert(E, h_reshape(E, value, h_shape_of(&st->out_shape)), out_elem(E, st));
 }
 
 /* Same steps, kinds, ops, phases, buffers and local shapes on every rank: only integers may differ. */

@@ -139,7 +139,7 @@ int e_collective(h_emitter *E, const mtf_step *st) {
       /* in place: the buffer's current value, whatever shape it was written with */
       int v = E->buffer_value[st->out];
       h_shape s = h_shape_of(&st->out_shape);
-      int x = v >= 0 ? h_reshape(E, v, s) : h_splat(E, 0.0, h_elem_of(st->out_dtype), s);
+      int x = v >= 0 ? h_reshape(E, v, s) : h_splat(E, 0.0, h_elem_of(E->plans[0]->buffers[st->out].dtype), s);
       E->buffer_value[st->out] = reduce_collective(E, x, st->axes, st->reduce_op, -1);
       return MTF_OK;
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "exec/pjrt/emit_internal.h"
 
 void h_printf(h_emitter *E, const char *fmt, ...) {
@@ -45,6 +46,7 @@ const char *h_elem_name(h_elem e) {
     case H_U64: return "ui64";
     case H_U32: return "ui32";
     case H_PRED: return "i1";
+    case H_BF16: return "bf16";
   }
   return "?";
 }
@@ -74,7 +76,15 @@ int64_t h_shape_count(const h_shape *s) {
   return n;
 }
 
-h_elem h_elem_of(mtf_dtype d) { return d == MTF_I32 ? H_S32 : d == MTF_F64 ? H_F64 : H_F32; }
+h_elem h_elem_of(mtf_dtype d) {
+  switch (d) {
+    case MTF_I32: return H_S32;
+    case MTF_F64: return H_F64;
+    case MTF_BF16: return H_BF16;
+    case MTF_F32: break;
+  }
+  return H_F32;
+}
 
 int h_new(h_emitter *E, h_shape s, h_elem e) {
   if (E->n_values == E->cap_values) {
@@ -102,9 +112,11 @@ const h_type *h_t(const h_emitter *E, int id) {
 static void print_number(h_emitter *E, double v, h_elem e) {
   if (e == H_PRED) {
     h_printf(E, "%s", v != 0 ? "true" : "false");
-  } else if (e == H_F32 || e == H_F64) {
+  } else if (e == H_F32 || e == H_F64 || e == H_BF16) {
     if (isfinite(v)) {
       h_printf(E, "%.17e", v);
+    } else if (e == H_BF16) {
+      h_printf(E, "0x%04X", (unsigned)mtf_bf16_from_float((float)v));
     } else if (e == H_F32) {
       float f = (float)v;
       uint32_t bits;
@@ -124,7 +136,7 @@ int h_splat(h_emitter *E, double value, h_elem e, h_shape s) {
   int id = h_new(E, s, e);
   char t[160];
   h_printf(E, "    %%v%d = \"stablehlo.constant\"() {value = dense<", id);
-  print_number(E, e == H_F32 ? (double)(float)value : value, e);
+  print_number(E, e == H_F32 ? (double)(float)value : e == H_BF16 ? (double)mtf_bf16_round((float)value) : value, e);
   h_printf(E, "> : %s} : () -> %s\n", T(id, t), t);
   return id;
 }

@@ -9,7 +9,7 @@
 #include "exec/pjrt/emit.h"
 
 /* Element types inside the module. */
-typedef enum h_elem { H_F32, H_F64, H_S32, H_S64, H_U64, H_U32, H_PRED } h_elem;
+typedef enum h_elem { H_F32, H_F64, H_S32, H_S64, H_U64, H_U32, H_PRED, H_BF16 } h_elem;
 
 typedef struct h_shape {
   int rank;
@@ -92,9 +92,10 @@ int n_dim_back(h_emitter *E, int x, const mtf_shape *to, const char *dim);
 int h_as_index(h_emitter *E, int x);
 
 /* ---- the steps ---- */
-/* The SSA value of input k of the current step, shaped as its in_shape. */
+/* The SSA value of input k of the current step, shaped as its in_shape, of the step's in_dtype[k] (a data
+ * movement step's: its buffer's dtype). */
 int e_input(h_emitter *E, const mtf_step *st, int k);
-/* Records the step's result (shape out_shape, dtype out_dtype). */
+/* Records the step's result (shape out_shape, dtype out_dtype; a data movement step's: its buffer's). */
 void e_output(h_emitter *E, const mtf_step *st, int value);
 /* values[r] = the field of step E->step on rank r's plan. */
 void e_rank_values(h_emitter *E, int64_t (*get)(const mtf_step *st, void *arg), void *arg, int64_t *values);

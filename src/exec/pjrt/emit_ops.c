@@ -1,8 +1,8 @@
 /* StableHLO for the elementwise, source, contraction, embedding, structural and optimizer ops, matching the
  * CPU kernels (exec/cpu/kernels.c, einsum.c, reduce.c, fused.c's gather/scatter-add and masked fill,
- * select.c's where/to_float, optimizer.c, write_at.c, attention.c's take): operands matched to the output
- * by dim name; random_keep hashes with the CPU backend's counter-based RNG (core/rng.c) in 64-bit integer
- * ops, so masks are bit for bit the CPU's. */
+ * select.c's where/to_float, optimizer.c, write_at.c, attention.c's take, bf16.c's cast and bfloat16
+ * einsum): operands matched to the output by dim name; random_keep hashes with the CPU backend's
+ * counter-based RNG (core/rng.c) in 64-bit integer ops, so masks are bit for bit the CPU's. */
 #include <math.h>
 #include <string.h>
 
@@ -82,7 +82,12 @@ static int binary(h_emitter *E, mtf_binary_kind fn, int u, int v) {
 }
 
 /* Two-operand einsum: lonely dims summed, then dot_general over batch (in a, b, out) and contracted (a, b)
- * dims, then the result [batch, a free, b free] transposed to the output's order. */
+ * dims, then the result [batch, a free, b free] transposed to the output's order. bf16 operands are
+ * converted to f32 first and summed and multiplied in f32 (exact products, fp32 accumulation: the numbers of
+ * cuBLAS's and oneDNN's bf16 GEMMs up to the order of the additions, and of the CPU's widened einsum). A
+ * dot_general of bf16 operands with an f32 result is valid StableHLO, but the XLA CPU plugin compiles it and
+ * then fails at run time once the product is large enough to go to its Eigen kernel ("Unsupported element
+ * type for DotThunk::Execute: BF16 x BF16 = F32"; small ones are emitted inline and work). */
 static int einsum2(h_emitter *E, const mtf_step *st) {
   const mtf_shape *as = &st->in_shape[0], *bs = &st->in_shape[1], *os = &st->out_shape;
   int a = e_input(E, st, 0), b = e_input(E, st, 1);
@@ -93,6 +98,8 @@ static int einsum2(h_emitter *E, const mtf_step *st) {
   for (int d = 0; d < bs->rank; d++)
     if (mtf_shape_index_of(as, bs->dims[d].name) >= 0 || mtf_shape_index_of(os, bs->dims[d].name) >= 0)
       bk.dims[bk.rank++] = bs->dims[d];
+  a = h_convert(E, a, H_F32);
+  b = h_convert(E, b, H_F32);
   if (ak.rank != as->rank) a = n_reduce(E, a, as, &ak, "add", 0.0);
   if (bk.rank != bs->rank) b = n_reduce(E, b, bs, &bk, "add", 0.0);
   int ab[MTF_MAX_RANK], bb[MTF_MAX_RANK], ac[MTF_MAX_RANK], bc[MTF_MAX_RANK], nb = 0, nc = 0;
@@ -345,6 +352,7 @@ int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled) {
       break;
     }
     case MTF_OP_TO_FLOAT: r = h_convert(E, e_input(E, st, 0), H_F32); break;
+    case MTF_OP_CAST: r = h_convert(E, e_input(E, st, 0), h_elem_of(st->params.cast.to)); break;
     case MTF_OP_WHERE: {
       int c = n_to(E, e_input(E, st, 0), &st->in_shape[0], os);
       int a = n_to(E, e_input(E, st, 1), &st->in_shape[1], os), b = n_to(E, e_input(E, st, 2), &st->in_shape[2], os);
