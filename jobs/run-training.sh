@@ -14,6 +14,9 @@ read -r -a extra <<< "${MTF_ARGS:-}"
 [ -n "${LAYOUT:-}" ] && extra+=(--layout "$LAYOUT")
 threads=${SLURM_CPUS_PER_TASK:-1}
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+# backend.precision bf16 multiplies through oneDNN, whose threads are libgomp's: idle, they would spin and take the
+# cores from mtf's own kernel threads (libgomp reads this when it loads, so it is set here, not by mtf).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 say() { echo "[$(date '+%F %T')] job $SLURM_JOB_ID: $*"; }
 [ -x "$MTF" ] || { say "no mtf binary at $MTF: build it first (cmake -S . -B build && cmake --build build) or set MTF"; exit 1; }
 

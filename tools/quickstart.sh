@@ -37,6 +37,7 @@ ranks=${MTF_RANKS:-$(( cores < 4 ? cores : 4 ))}
 export OPENBLAS_NUM_THREADS=$(( cores / ranks > 0 ? cores / ranks : 1 ))
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}   # oneDNN's idle OpenMP threads sleep (bf16 runs)
 run=(mpiexec -n "$ranks" "$mtf")
 mesh=(--mesh "b:$ranks" --layout batch:b)
 [ "$ranks" = 1 ] && mesh=()
