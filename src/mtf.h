@@ -299,8 +299,9 @@ const char *mtf_cpu_bf16_text(void);
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads);
 /* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
-/* backend.precision: fp32 computes everything in fp32; bf16 gives einsums bf16 inputs with fp32 accumulation
- * and output (master weights, reductions and the loss stay fp32). Only the cuda backend has bf16. */
+/* backend.precision: fp32 computes everything in fp32; bf16 gives the model's einsums bf16 operands with fp32
+ * accumulation and output (master weights, reductions and the loss stay fp32): see mtf_graph_set_matmul_dtype,
+ * which is what changes the products; every built-in backend runs it. */
 typedef enum mtf_precision { MTF_PRECISION_FP32 = 0, MTF_PRECISION_BF16 = 1 } mtf_precision;
 #define MTF_DEVICE_FROM_LOCAL_RANK (-1)
 
@@ -344,7 +345,8 @@ typedef struct mtf_session_options {
   /* cuda: device_set = use GPU `device` (backend.device), else the one of the rank's local rank */
   int device_set, device;
   int tf32;                /* cuda: backend.tf32 */
-  mtf_precision precision; /* backend.precision (bf16: cuda only) */
+  mtf_precision precision; /* backend.precision: what the run layer reports (the bf16 line); the
+                            * products themselves follow the graph (mtf_graph_set_matmul_dtype) */
   /* backend.comm, collectives on device memory: "auto" (NULL, ""; NCCL when every rank has a GPU of its
    * own, else MPI through host staging), "nccl" or "mpi" (staged). A host-memory backend (cpu) uses the
    * session's communicator as it is, and refuses "nccl". */

@@ -513,8 +513,9 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
     case MTF_STEP_ALLREDUCE: {
       double start = mtf_now_seconds();
       MTF_CHECK(be->mem->synchronize(be));
-      int rc = mtf_comm_allreduce(s->step_comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape), MTF_F32,
-                                  st->reduce_op, err);
+      int rc = mtf_comm_allreduce(s->step_comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape),
+                                  /* float32 as ever (an int32 buffer's bits included); a bfloat16 one as bf16 */
+                                  s->plan->buffers[st->out].dtype == MTF_BF16 ? MTF_BF16 : MTF_F32, st->reduce_op, err);
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;
     }

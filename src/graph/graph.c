@@ -79,6 +79,10 @@ int mtf_graph_add_op(mtf_graph *g, mtf_op_kind kind, int n_inputs, const int *in
   }
   if (params) n.params = *params;
   if (shape) n.shape = *shape;
+  for (int k = 0; k < n_inputs && !def->takes_bf16; k++)
+    if (g->nodes[inputs[k]].dtype == MTF_BF16)
+      return mtf_graph_fail(g, MTF_ERR_INVALID, "%s: '%s' holds bfloat16 values; only einsum (of two bfloat16 operands) "
+                            "and cast take them: mtf_cast it to float32 first", def->name, g->nodes[inputs[k]].name);
   if (def->infer && def->infer(g, &n) != MTF_OK) return MTF_NO_TENSOR;
   if (!grow(g, (void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof(mtf_node))) return MTF_NO_TENSOR;
   if (kind == MTF_OP_VARIABLE &&

@@ -356,15 +356,15 @@ static void gelu_grad_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_softmax_grad = {"softmax_grad", MTF_DIM_IN_INPUT, pair_infer, softmax_grad_gradient,
-                                        grad_lower, softmax_grad_flops, NULL, softmax_grad_reference};
+                                        grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0};
 const mtf_op_def mtf_op_log_softmax_grad = {"log_softmax_grad", MTF_DIM_IN_INPUT, pair_infer, log_softmax_grad_gradient,
-                                            grad_lower, softmax_grad_flops, NULL, softmax_grad_reference};
+                                            grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0};
 const mtf_op_def mtf_op_layer_norm_grad = {"layer_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                           grad_lower, norm_grad_flops, NULL, norm_grad_reference};
+                                           grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0};
 const mtf_op_def mtf_op_rms_norm_grad = {"rms_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                         grad_lower, norm_grad_flops, NULL, norm_grad_reference};
+                                         grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0};
 const mtf_op_def mtf_op_softmax_xent_grad = {"softmax_cross_entropy_grad", MTF_DIM_IN_INPUT, xent_grad_infer,
                                              xent_grad_gradient, grad_lower, xent_grad_flops, NULL,
-                                             xent_grad_reference};
+                                             xent_grad_reference, 0};
 const mtf_op_def mtf_op_gelu_grad = {"gelu_grad", MTF_DIM_NONE, pair_infer, gelu_grad_gradient, grad_lower,
-                                     gelu_grad_flops, NULL, gelu_grad_reference};
+                                     gelu_grad_flops, NULL, gelu_grad_reference, 0};

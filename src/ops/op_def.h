@@ -8,7 +8,9 @@
  *   lower      the lowering rule: which kernel steps and collectives the node's layout implies.
  *   flops      floating-point operations of one kernel step (the plan's FLOP count, MFU).
  *   scratch    elements of arena scratch one kernel step needs (0 when NULL).
- *   reference  the double-precision value on whole tensors, for tests and the conformance test. */
+ *   reference  the double-precision value on whole tensors, for tests and the conformance test.
+ *   takes_bf16 1 for the ops given bfloat16 tensors (cast, einsum of two, and the aliasing reshape and
+ *              stop_gradient); mtf_graph_add_op refuses bfloat16 inputs to every other op. */
 #ifndef MTF_OPS_OP_DEF_H
 #define MTF_OPS_OP_DEF_H
 
@@ -49,6 +51,7 @@ typedef struct mtf_op_def {
   int64_t (*flops)(const mtf_step *s);
   int64_t (*scratch)(const mtf_step *s);
   void (*reference)(const mtf_ref_args *a);
+  int takes_bf16;
 } mtf_op_def;
 
 /* The entry of an op kind (kind < MTF_OP_COUNT). */

@@ -25,11 +25,15 @@ typedef struct operands {
   int threads;
 } operands;
 
+/* Seconds, or 0 when the bf16 product failed (the caller then reports no rate: MFU 0, not a made-up peak). */
 static double gemm_seconds(int n, int ld, const operands *o, int sync) {
   if (sync) mtf_world_max(0.0); /* every rank starts together */
   double start = mtf_now_seconds();
-  if (o->a16) mtf_cpu_bf16_matmul(n, n, n, o->a16, o->b16, o->c, o->threads);
-  else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, o->a, ld, o->b, ld, 0.0f, o->c, ld);
+  if (o->a16) {
+    if (mtf_cpu_bf16_matmul(n, n, n, o->a16, o->b16, o->c, o->threads) != MTF_OK) return 0.0;
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, o->a, ld, o->b, ld, 0.0f, o->c, ld);
+  }
   return mtf_now_seconds() - start;
 }
 
@@ -48,7 +52,10 @@ static double measure(int n, int max_timed, int bounded, int sync, int bf16_thre
   float *a = calloc(elements, sizeof(float)), *b = calloc(elements, sizeof(float)), *c = calloc(elements, sizeof(float));
   uint16_t *a16 = bf16_threads ? calloc(elements, sizeof(uint16_t)) : NULL;
   uint16_t *b16 = bf16_threads ? calloc(elements, sizeof(uint16_t)) : NULL;
-  if (bf16_threads && (!a16 || !b16)) a = NULL; /* counts as out of memory below */
+  if (bf16_threads && (!a16 || !b16)) { /* counts as out of memory below */
+    free(a);
+    a = NULL;
+  }
   int ok = a && b && c;
   if (sync) ok = !mtf_world_any(!ok); /* a rank out of memory: nobody measures, so the collectives match */
   *timed = 0;

@@ -282,6 +282,16 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
       run_case(&forward_only_cases[i], 1, kind, comm);
   }
+  /* A bfloat16 tensor reaches only the ops whose entry takes it: any other op refuses it at build time. */
+  {
+    mtf_graph *g = mtf_graph_create(1);
+    mtf_shape s = S("a:3,d:4");
+    mtf_tensor x = mtf_cast(g, mtf_variable(g, "x", &s, MTF_INIT_NORMAL, 1.0f), MTF_BF16);
+    mtf_tensor y = mtf_exp(g, x);
+    mtf_error e;
+    CHECK(y == MTF_NO_TENSOR && mtf_graph_status(g, &e) == MTF_ERR_INVALID && strstr(e.msg, "holds bfloat16 values"));
+    mtf_graph_destroy(g);
+  }
   /* Every op of the table was exercised (by all the cases: not checked under --only). */
   for (int k = 0; k < MTF_OP_COUNT && !only_cases; k++) {
     if (!covered[k] && world_rank == 0) fprintf(stderr, "FAIL no conformance case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);

@@ -99,6 +99,7 @@ static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
 typedef struct product_key {
   int64_t batch, m, n, k;
   int ta, tb;
+  int threads; /* oneDNN splits the work by the OpenMP threads there are when the primitive is made */
 } product_key;
 
 typedef struct product {
@@ -122,9 +123,14 @@ static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, in
   dnnl_memory_desc_init_by_strides(md, 3, dims, type, strides);
 }
 
+static int same_key(const product_key *x, const product_key *y) { /* field by field: the struct has padding */
+  return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->ta == y->ta && x->tb == y->tb &&
+         x->threads == y->threads;
+}
+
 static const product *find_product(const product_key *key, mtf_error *err) {
   for (int i = 0; i < n_products; i++)
-    if (memcmp(&products[i].key, key, sizeof *key) == 0) return &products[i];
+    if (same_key(&products[i].key, key)) return &products[i];
   if (!engine) {
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
         dnnl_stream_create(&stream, engine, dnnl_stream_default_flags) != dnnl_success) {
@@ -170,10 +176,18 @@ static void set_onednn_threads(int threads) {
   if (set) set(threads > 0 ? threads : 1);
 }
 
-static int onednn_product(int threads, const product_key *key, const void *a, const void *b, float *c) {
+static int onednn_product(int threads, const product_key *shape, const void *a, const void *b, float *c) {
   mtf_error err;
+  product_key key = *shape;
+  key.threads = threads > 0 ? threads : 1;
+  if (key.batch * key.m * key.n == 0) return MTF_OK;
+  if (key.k == 0) { /* an empty sum: zeros (oneDNN would leave c as it is) */
+    memset(c, 0, sizeof(float) * (size_t)(key.batch * key.m * key.n));
+    return MTF_OK;
+  }
   pthread_mutex_lock(&products_lock);
-  const product *p = find_product(key, &err);
+  set_onednn_threads(key.threads); /* before the primitive is made, and for its run */
+  const product *p = find_product(&key, &err);
   int rc = MTF_ERR_INVALID;
   if (p) {
     dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
@@ -181,7 +195,6 @@ static int onednn_product(int threads, const product_key *key, const void *a, co
         dnnl_memory_create(&mb, &p->b, engine, (void *)b) == dnnl_success &&
         dnnl_memory_create(&mc, &p->c, engine, c) == dnnl_success) {
       dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-      set_onednn_threads(threads);
       if (dnnl_primitive_execute(p->primitive, stream, 3, args) == dnnl_success && dnnl_stream_wait(stream) == dnnl_success)
         rc = MTF_OK;
     }
@@ -215,18 +228,18 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   if (!native || d.a_summed || d.b_summed || d.a_packed || d.b_packed) return widened_einsum(be, st, a);
   if (!d.c_packed) {
-    product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed};
+    product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, be->threads};
     return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
   }
   /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
    * C^T = B^T A^T, lands in place; any other order goes through the scratch and a transpose. */
   if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
-    product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed};
+    product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed, be->threads};
     return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
   }
   if (!a->scratch) return MTF_ERR_INVALID;
   float *c = (float *)a->scratch + d.scratch_offset[4];
-  product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed};
+  product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, be->threads};
   MTF_CHECK(onednn_product(be->threads, &key, a->in[0], a->in[1], c));
   mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
   mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, a->out);
@@ -236,7 +249,7 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads) {
   pthread_once(&path_once, choose_path);
   if (native) {
-    product_key key = {1, m, n, k, 0, 0};
+    product_key key = {1, m, n, k, 0, 0, threads};
     return onednn_product(threads, &key, a, b, c);
   }
   float *x = widened(threads, a, m * k), *y = widened(threads, b, k * n);

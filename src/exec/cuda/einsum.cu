@@ -61,15 +61,16 @@ static int gemm(mtf_backend *b, cudaDataType type, int ta, int tb, int64_t nb, i
   return MTF_OK;
 }
 
-/* The product into out: c (the GEMM's [batch][m][n] result, or out itself) reordered when it is not. An
- * output in [batch][n][m] order (a weight's gradient, say) is the same product with the operands' roles
- * swapped, C^T = op(B)^T op(A)^T, computed in place. */
+/* The product into out: c (the GEMM's [batch][m][n] result, or out itself) reordered when it is not. A bf16
+ * product whose output is in [batch][n][m] order (a weight's gradient, say) is the same product with the
+ * operands' roles swapped, C^T = op(B)^T op(A)^T, computed in place; fp32 keeps its GEMM and transpose, so
+ * its numbers stay those of before bf16 existed (cuBLAS may pick another algorithm for the swapped shape). */
 static int product(mtf_backend *b, const mtf_step *st, const mtf_einsum_dims *d, cudaDataType type, const void *ap,
                    const void *bp, float *c, float *out) {
   if (d->nb * d->M * d->N == 0) return MTF_OK;
   if (d->K == 0) /* an empty sum: zeros (cuBLAS would leave C untouched) */
     return b->mem->fill_f32(b, out, 0.0f, mtf_shape_num_elements(&st->out_shape));
-  if (d->c_packed && mtf_einsum_order_is(&st->out_shape, &d->batch, &d->n, &d->m))
+  if (type == CUDA_R_16BF && d->c_packed && mtf_einsum_order_is(&st->out_shape, &d->batch, &d->n, &d->m))
     return gemm(b, type, !d->b_transposed, !d->a_transposed, d->nb, d->N, d->M, d->K, bp, ap, out);
   MTF_CHECK(gemm(b, type, d->a_transposed, d->b_transposed, d->nb, d->M, d->N, d->K, ap, bp, c));
   if (d->c_packed) {
