@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-/* MTF_BF16: bfloat16 (core/bf16.h), the matmul operands of backend.precision bf16; collectives move it but do
- * not reduce it. */
+/* MTF_BF16: bfloat16 (core/bf16.h), the matmul operands of backend.precision bf16; collectives move it and
+ * reduce it only by sums (backend.grad_reduce bf16). */
 typedef enum mtf_dtype { MTF_F32 = 0, MTF_F64 = 1, MTF_I32 = 2, MTF_BF16 = 3 } mtf_dtype;
 typedef enum mtf_reduce_op { MTF_REDUCE_SUM = 0, MTF_REDUCE_MAX = 1, MTF_REDUCE_MIN = 2 } mtf_reduce_op;
 

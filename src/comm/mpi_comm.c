@@ -38,7 +38,7 @@ static MPI_Datatype mpi_type(mtf_dtype dtype) {
     case MTF_F32: return MPI_FLOAT;
     case MTF_F64: return MPI_DOUBLE;
     case MTF_I32: return MPI_INT32_T;
-    case MTF_BF16: return MPI_UINT16_T; /* moved, never reduced (comm.c refuses) */
+    case MTF_BF16: return MPI_UINT16_T; /* moved as bits; sums through bf16_sum_op below */
   }
   return MPI_DATATYPE_NULL;
 }

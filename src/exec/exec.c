@@ -351,6 +351,12 @@ static size_t step_elem_size(const mtf_session *s, const mtf_step *st) {
   return mtf_dtype_size(s->plan->buffers[st->out].dtype);
 }
 
+/* The dtype a reducing step hands the communicator: bfloat16 for a bfloat16 buffer, float32 otherwise, as
+ * before bfloat16 existed (an int32 buffer's bits included), so fp32 sums stay what they were. */
+static mtf_dtype reduction_dtype(const mtf_session *s, int buffer) {
+  return s->plan->buffers[buffer].dtype == MTF_BF16 ? MTF_BF16 : MTF_F32;
+}
+
 static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK], outer = 1;
@@ -392,7 +398,7 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
     blocks = packed;
   }
   return mtf_comm_reduce_scatter_blocks(s->step_comm, st->axes, blocks, buffer_data(s, st->out),
-                                        (size_t)mtf_shape_num_elements(&st->out_shape), s->plan->buffers[st->out].dtype,
+                                        (size_t)mtf_shape_num_elements(&st->out_shape), reduction_dtype(s, st->out),
                                         st->reduce_op, err);
 }
 
@@ -421,8 +427,6 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
   return unpack ? be->mem->concat_blocks(be, recv, out, elem, rank, block_dims, st->concat_axis, parts) : MTF_OK;
 }
 
-/* A bucket's allreduce, started in place over its range; the backend's pending work on that memory ends
- * first, as before any collective. Starting does not block: its time counts as progress, not comm. */
 /* backend.grad_reduce bf16: a bucket travels as its bfloat16 copy in the step's staging buffer (scratch),
  * cast by the backend's own cast kernel, so it works on any backend's memory. */
 static int cast_bucket(mtf_session *s, const mtf_step *st, const void *in, mtf_dtype from, void *out, mtf_dtype to,
@@ -443,13 +447,16 @@ static int cast_bucket(mtf_session *s, const mtf_step *st, const void *in, mtf_d
   return rc ? mtf_error_set(err, rc, "gradient bucket: cast to %s failed", mtf_dtype_name(to)) : MTF_OK;
 }
 
+/* A bucket's allreduce, started in place over its range (or its bfloat16 staging copy); the backend's pending
+ * work on that memory ends first, as before any collective. Starting does not block: its time counts as
+ * progress, not comm. */
 static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
   double start = mtf_now_seconds();
   void *range = buffer_data(s, st->out), *wire = range;
   mtf_dtype wire_dtype = MTF_F32;
   if (st->scratch >= 0) {
     wire = buffer_data(s, st->scratch);
-    wire_dtype = s->plan->buffers[st->scratch].dtype;
+    wire_dtype = reduction_dtype(s, st->scratch);
     MTF_CHECK(cast_bucket(s, st, range, MTF_F32, wire, wire_dtype, err));
   }
   MTF_CHECK(s->backend->mem->synchronize(s->backend));
@@ -514,8 +521,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       double start = mtf_now_seconds();
       MTF_CHECK(be->mem->synchronize(be));
       int rc = mtf_comm_allreduce(s->step_comm, st->axes, out, out, (size_t)mtf_shape_num_elements(&st->out_shape),
-                                  /* float32 as ever (an int32 buffer's bits included); a bfloat16 one as bf16 */
-                                  s->plan->buffers[st->out].dtype == MTF_BF16 ? MTF_BF16 : MTF_F32, st->reduce_op, err);
+                                  reduction_dtype(s, st->out), st->reduce_op, err);
       s->comm_seconds += mtf_now_seconds() - start;
       return rc;
     }
