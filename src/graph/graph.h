@@ -85,11 +85,14 @@ typedef union mtf_op_params {
   struct { char dim[MTF_NAME_MAX]; float z_loss; float label_smoothing; int64_t vocab; } xent;
   struct { float value; } fill;
   /* attention: query positions along dim, key/value positions along memory, features along depth; the
-   * weights kept with probability keep (1: no dropout) by the random_keep mask of `key` */
+   * weights kept with probability keep (1: no dropout) by the random_keep mask of `key`; bf16: built under
+   * the bf16 matmul policy, so a backend may multiply bfloat16-rounded q, k, v and weights (fp32 accumulation,
+   * fp32 softmax and statistics) */
   struct {
     char dim[MTF_NAME_MAX], memory[MTF_NAME_MAX], depth[MTF_NAME_MAX];
     float scale, keep;
     uint64_t key;
+    int bf16;
   } attention;
   struct { char dim[MTF_NAME_MAX]; int index; } take;
   /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */

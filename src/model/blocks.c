@@ -32,6 +32,12 @@ mtf_tensor mtf_model_param(mtf_model_builder *b, const char *name, const mtf_sha
   return v;
 }
 
+mtf_tensor mtf_model_tied_logits(mtf_model_builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape) {
+  float scale = 1.0f / sqrtf((float)b->m->d_model);
+  if (mtf_graph_matmul_dtype(b->g) == MTF_BF16) return mtf_einsum2(b->g, mtf_scalar_multiply(b->g, h, scale), wte, shape);
+  return mtf_scalar_multiply(b->g, mtf_einsum2(b->g, h, wte, shape), scale);
+}
+
 mtf_tensor mtf_model_param_fn(void *ctx, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
   return mtf_model_param(ctx, name, shape, init, scale);
 }

@@ -34,6 +34,12 @@ mtf_tensor mtf_model_norm(mtf_model_builder *b, mtf_tensor x, const char *prefix
  * activations is x's shape [batch, length, d_model]. */
 mtf_tensor mtf_model_feed_forward(mtf_model_builder *b, mtf_tensor x, const char *prefix, const mtf_shape *activations);
 
+/* Tied output logits, h wte d_model^-0.5, into `shape` (h's dims with vocab for d_model). Under the bf16 policy
+ * the scale goes onto h (d_model values per position) before the product rather than onto the logits (vocab
+ * values): a power of two for the usual widths, so the bf16 operand is the same, and two passes over the
+ * largest activation (forward and gradient) fewer. fp32 keeps the scale on the logits, as it always had. */
+mtf_tensor mtf_model_tied_logits(mtf_model_builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape);
+
 /* model.position relative_bias: the stack's shared T5 table `name` [heads, relative_buckets] looked up at each
  * (query, memory) pair's memory - query position; query_position is the queries' positions (a range over
  * `length`, or in DECODE each row's position as float). The bias broadcasts onto the attention logits. */

@@ -159,7 +159,7 @@ int mtf_encoder_decoder_build(mtf_graph *g, const mtf_model_config *m, int64_t b
   mtf_shape logits_shape = mtf_model_shape("batch:%lld,length:%lld,vocab:%lld", (long long)batch, (long long)m->length,
                                     (long long)m->vocab);
   if (m->tie_embeddings) {
-    out->logits = mtf_scalar_multiply(g, mtf_einsum2(g, h, wte, &logits_shape), 1.0f / sqrtf((float)m->d_model));
+    out->logits = mtf_model_tied_logits(&b.base, h, wte, &logits_shape);
   } else {
     mtf_shape w_shape = mtf_model_shape("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
     mtf_tensor w = mtf_model_param(&b.base, "unembed/w", &w_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));

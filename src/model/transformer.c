@@ -61,7 +61,7 @@ static mtf_tensor feed_forward(builder *b, mtf_tensor x, int layer, const mtf_sh
 static mtf_tensor unembed(builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape) {
   const mtf_model_config *m = b->base.m;
   if (m->tie_embeddings)
-    return mtf_scalar_multiply(b->base.g, mtf_einsum2(b->base.g, h, wte, shape), 1.0f / sqrtf((float)m->d_model));
+    return mtf_model_tied_logits(&b->base, h, wte, shape);
   mtf_shape w_shape = mtf_model_shape("d_model:%lld,vocab:%lld", (long long)m->d_model, (long long)m->vocab);
   mtf_tensor w = mtf_model_param(&b->base, "unembed/w", &w_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)m->d_model));
   return mtf_einsum2(b->base.g, h, w, shape);

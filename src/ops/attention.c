@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "ops/op_def.h"
 
@@ -98,6 +99,24 @@ int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth) {
   return 7 * length * depth + 2 * length + 3 * MTF_ATTENTION_TILE * MTF_ATTENTION_TILE;
 }
 
+/* Words of n bfloat16 values. */
+static int64_t bf16_words(int64_t n) { return (n + 1) / 2; }
+
+int64_t mtf_attention_block_rows(int64_t length) {
+  return length < MTF_ATTENTION_BF16_ROWS ? length : MTF_ATTENTION_BF16_ROWS;
+}
+
+int64_t mtf_attention_scratch_forward_bf16(int64_t length, int64_t depth) {
+  int64_t rows = mtf_attention_block_rows(length);
+  return 3 * bf16_words(length * depth) + rows * length + bf16_words(rows * length) + rows * depth;
+}
+
+int64_t mtf_attention_scratch_backward_bf16(int64_t length, int64_t depth) {
+  int64_t rows = mtf_attention_block_rows(length);
+  return 4 * bf16_words(length * depth) + 4 * length * depth + 2 * length + 3 * rows * length +
+         2 * bf16_words(rows * length);
+}
+
 /* ---- builders ---- */
 mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
                                 const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
@@ -112,6 +131,7 @@ mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_te
   p.attention.scale = scale;
   p.attention.keep = 1.0f - dropout_rate; /* as mtf_dropout computes it, so the masks are the same */
   p.attention.key = dropout_key;
+  p.attention.bf16 = mtf_graph_matmul_dtype(g) == MTF_BF16;
   mtf_tensor in[3] = {q, k, v};
   return mtf_take(g, mtf_graph_add_op(g, MTF_OP_ATTENTION, 3, in, &p, NULL), MTF_ATTENTION_STACK, 0);
 }
@@ -267,8 +287,14 @@ static int64_t attention_grad_flops(const mtf_step *s) {
 
 static int64_t attention_scratch(const mtf_step *s) {
   mtf_attention_geometry geo = step_geometry(s);
-  return s->op == MTF_OP_ATTENTION ? mtf_attention_scratch_forward(geo.length, geo.depth)
-                                   : mtf_attention_scratch_backward(geo.length, geo.depth);
+  int forward = s->op == MTF_OP_ATTENTION;
+  int64_t words = forward ? mtf_attention_scratch_forward(geo.length, geo.depth)
+                          : mtf_attention_scratch_backward(geo.length, geo.depth);
+  if (!s->params.attention.bf16) return words;
+  /* A backend may take either path (cuda and pjrt compute these in fp32 for now). */
+  int64_t bf16 = forward ? mtf_attention_scratch_forward_bf16(geo.length, geo.depth)
+                         : mtf_attention_scratch_backward_bf16(geo.length, geo.depth);
+  return words > bf16 ? words : bf16;
 }
 
 /* ---- references: the unfused formula in double, whole tensors ---- */
@@ -277,6 +303,7 @@ typedef struct ref_problem {
   mtf_attention_view q, k; /* v has k's shape */
   mtf_attention_mask mask;
   int64_t L, D;
+  int bf16; /* params.attention.bf16: the kernels' product operands rounded to bfloat16, modelled here */
   double *p, *drop, *o, *lse; /* [L, L] probabilities and dropout factors (0 or 1 / keep), [L, D] output,
                                * [L] logsumexp, of one problem */
 } ref_problem;
@@ -288,6 +315,7 @@ static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
   r->k = mtf_attention_view_make(&r->geo, a->in_shape[1], pa->attention.memory, pa->attention.depth, NULL, 0);
   r->L = r->geo.length;
   r->D = r->geo.depth;
+  r->bf16 = pa->attention.bf16;
   mtf_attention_mask_make(&r->geo, a->in_shape[0], NULL, NULL, a->g->seed, pa->attention.key, pa->attention.keep,
                           &r->mask);
   r->p = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
@@ -304,6 +332,9 @@ static void ref_end(ref_problem *r) {
   free(r->lse);
 }
 
+/* An operand of a product as the bf16 kernels see it: rounded to bfloat16 under the bf16 policy. */
+static double operand(const ref_problem *r, double x) { return r->bf16 ? (double)mtf_bf16_round((float)x) : x; }
+
 /* Problem b: the masked scores' softmax into p (zeros above the diagonal), their logsumexp, the dropout
  * factors, o = (p drop) v. */
 static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
@@ -314,7 +345,8 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
     for (int64_t j = 0; j <= i; j++) {
       double s = 0;
       for (int64_t d = 0; d < r->D; d++)
-        s += q[i * r->q.pos_stride + d * r->q.depth_stride] * k[j * r->k.pos_stride + d * r->k.depth_stride];
+        s += operand(r, q[i * r->q.pos_stride + d * r->q.depth_stride]) *
+             operand(r, k[j * r->k.pos_stride + d * r->k.depth_stride]);
       row[j] = s * a->n->params.attention.scale;
       max = fmax(max, row[j]);
     }
@@ -329,7 +361,8 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
                                                                                                     : 0.0;
     for (int64_t d = 0; d < r->D; d++) {
       double acc = 0;
-      for (int64_t j = 0; j <= i; j++) acc += row[j] * drop[j] * v[j * r->k.pos_stride + d * r->k.depth_stride];
+      for (int64_t j = 0; j <= i; j++)
+        acc += operand(r, row[j] * drop[j]) * operand(r, v[j * r->k.pos_stride + d * r->k.depth_stride]);
       r->o[i * r->D + d] = acc;
     }
   }
@@ -384,21 +417,23 @@ static void attention_grad_reference(const mtf_ref_args *a) {
       }
       for (int64_t j = 0; j < r.L; j++) {
         double dp = 0;
-        for (int64_t d = 0; d < r.D; d++) dp += DO(i, d) * v[j * r.k.pos_stride + d * r.k.depth_stride];
-        ds[i * r.L + j] = r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra);
+        for (int64_t d = 0; d < r.D; d++)
+          dp += operand(&r, DO(i, d)) * operand(&r, v[j * r.k.pos_stride + d * r.k.depth_stride]);
+        /* scaled here, so that the bf16 kernels' rounded operand scale dS is what is modelled */
+        ds[i * r.L + j] = operand(&r, scale * r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra));
       }
     }
     for (int64_t i = 0; i < r.L; i++)
       for (int64_t d = 0; d < r.D; d++) {
         double dq = 0, dk = 0, dv = 0;
         for (int64_t j = 0; j < r.L; j++) {
-          dq += ds[i * r.L + j] * k[j * r.k.pos_stride + d * r.k.depth_stride];
-          dk += ds[j * r.L + i] * q[j * r.q.pos_stride + d * r.q.depth_stride];
-          dv += r.p[j * r.L + i] * r.drop[j * r.L + i] * DO(j, d);
+          dq += ds[i * r.L + j] * operand(&r, k[j * r.k.pos_stride + d * r.k.depth_stride]);
+          dk += ds[j * r.L + i] * operand(&r, q[j * r.q.pos_stride + d * r.q.depth_stride]);
+          dv += operand(&r, r.p[j * r.L + i] * r.drop[j * r.L + i]) * operand(&r, DO(j, d));
         }
         int64_t at = i * vg[0].pos_stride + d * vg[0].depth_stride; /* one shape: the same for all three */
-        g[0][at] = scale * dq;
-        g[1][at] = scale * dk;
+        g[0][at] = dq;
+        g[1][at] = dk;
         g[2][at] = dv;
       }
 #undef DO

@@ -58,6 +58,17 @@ uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_at
 int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
 
+/* The bfloat16 path (params.attention.bf16 on a backend with bf16 products): blocks of R =
+ * mtf_attention_block_rows(length) query rows against every memory row they may see; scratch words (bf16
+ * arrays take half a word per value, rounded up), laid out by the kernels as
+ *   forward:  q, k, v bf16 [length, depth] | scores [R, length] | weights bf16 [R, length] | o [R, depth]
+ *   backward: q, k, v, do bf16 [length, depth] | dq, dk, dv, product [length, depth] | lse, delta [length] |
+ *             p, p dropped, dp [R, length] | p dropped, ds bf16 [R, length] */
+#define MTF_ATTENTION_BF16_ROWS 128
+int64_t mtf_attention_block_rows(int64_t length);
+int64_t mtf_attention_scratch_forward_bf16(int64_t length, int64_t depth);
+int64_t mtf_attention_scratch_backward_bf16(int64_t length, int64_t depth);
+
 /* One query row of a score tile in the kernels' online softmax: `row` holds the scaled scores, the first n
  * visible (causal); they become exp(score - running max), the rest up to `width` zeros; the row's running
  * max *m and sum *l (of the weights before dropout) take the tile in. Returns the factor, exp(old max - new

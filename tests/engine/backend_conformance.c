@@ -14,7 +14,8 @@
  * so products of variables agree to fp32 accumulation; an operand computed in fp32 by the kernels may round to
  * the neighbouring bfloat16 of the reference's double value, hence the bound there: 2^-7 of the tensor's scale
  * (an operand off by one bfloat16 ulp, 2^-8, relative), where fp32 cases have 2e-5. Finite differences do not
- * see the straight-through gradient of a rounding (piecewise constant), so a graph with a cast is checked
+ * see the straight-through gradient of a rounding (piecewise constant), so a graph with a cast, or with
+ * attention (whose products then round q, k, v, the weights, dO and dS, as the reference models), is checked
  * against the reference's gradient only.
  *
  * --break OP makes OP's kernel deliberately wrong (its first output element is shifted, or with
@@ -130,9 +131,13 @@ static void check_no_gradient(const op_case *c, const mtf_graph *g, int n_vars, 
   mtf_graph_destroy(copy);
 }
 
-static int has_cast(const mtf_graph *g) {
-  for (int i = 0; i < g->n_nodes; i++)
-    if (g->nodes[i].kind == MTF_OP_CAST) return 1;
+/* A cast, or attention whose products round their operands to bfloat16 (params.attention.bf16). */
+static int has_rounding(const mtf_graph *g) {
+  for (int i = 0; i < g->n_nodes; i++) {
+    const mtf_node *n = &g->nodes[i];
+    if (n->kind == MTF_OP_CAST) return 1;
+    if ((n->kind == MTF_OP_ATTENTION || n->kind == MTF_OP_ATTENTION_GRAD) && n->params.attention.bf16) return 1;
+  }
   return 0;
 }
 
@@ -179,7 +184,7 @@ static void run_case(const op_case *c, int forward_only, const char *backend, mt
   double worst_fd = 0;
   for (int v = 0; v < n_grads; v++) worst_fd = fmax(worst_fd, ref_gradient_error(g, loss, vars[v], grads[v], ids_double, ref));
   if (c->build == c_stop) worst_fd = 0; /* finite differences see through stop_gradient; the engine check covers it */
-  if (has_cast(g)) worst_fd = 0;        /* nor the straight-through gradient of a rounding (see --bf16 above) */
+  if (has_rounding(g)) worst_fd = 0;        /* nor the straight-through gradient of a rounding (see --bf16 above) */
   const double engine_bound = bf16_mode ? 0x1p-7 : 2e-5;
 
   mtf_tensor fetches[1 + MAX_VARS] = {y};

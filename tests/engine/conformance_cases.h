@@ -333,6 +333,8 @@ static const op_case cases[] = {
     {"causal attention, 2 tiles, dims reordered", {"q:67,e:2,h:2", "h:2,m:67,e:2", "h:2,m:67,e:2"}, c_attention},
     {"causal attention with dropout", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention_dropout},
     {"causal attention with dropout, 2 tiles", {"q:67,e:2,h:2", "h:2,m:67,e:2", "h:2,m:67,e:2"}, c_attention_dropout},
+    /* more query rows than one block of the bf16 path (MTF_ATTENTION_BF16_ROWS), an odd depth */
+    {"causal attention with dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"}, c_attention_dropout},
     {"causal attention + logsumexp output", {"q:5,a:2,e:2", "a:2,m:5,e:2", "a:2,m:5,e:2"}, c_attention_lse},
     {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
     {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},

@@ -10,25 +10,22 @@
  * dQ_i += scale dS K_j, dK_j += scale dS^T Q_i: five products per block, no [length, length] buffer.
  * Dropout of the weights (ops/attention.h's mask, recomputed per block from global indices): the forward
  * pass sums the kept and dropped probabilities into l but accumulates only the kept ones, scaled; the
- * backward pass uses P R (R: 0 or 1 / keep) for dV and dS = P R dP - P delta. */
+ * backward pass uses P R (R: 0 or 1 / keep) for dV and dS = P R dP - P delta.
+ * Under the bf16 policy (params.attention.bf16) attention_bf16.c runs instead. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/rng.h"
 #include "exec/cpu/attention.h"
+#include "exec/cpu/bf16.h"
 #include "ops/attention.h"
 
 enum { TILE = MTF_ATTENTION_TILE };
 
-typedef struct problem {
-  mtf_attention_geometry geo;
-  mtf_attention_mask mask;
-  int dropout;
-  int64_t L, D;
-} problem;
+typedef mtf_cpu_attention_problem problem;
 
-static problem problem_of(const mtf_step *st, const mtf_kernel_args *a) {
+problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *a) {
   problem p;
   const mtf_op_params *pa = &st->params;
   mtf_attention_geometry_make(&st->in_shape[0], pa->attention.dim, pa->attention.depth, &p.geo);
@@ -42,8 +39,7 @@ static problem problem_of(const mtf_step *st, const mtf_kernel_args *a) {
   return p;
 }
 
-/* row[j] *= the dropout factor of weight (i, j0 + j), j < n. */
-static void drop_row(const problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n, float *row) {
+void mtf_cpu_attention_drop_row(const problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n, float *row) {
   uint64_t at = base + (uint64_t)(i * p->L + j0);
   for (int64_t j = 0; j < n; j++)
     row[j] = mtf_uniform01(p->mask.seed, p->mask.key, at + (uint64_t)j) < (double)p->mask.keep ? row[j] * p->mask.scale : 0.0f;
@@ -95,7 +91,7 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
         float *row = S + r * TILE;
         int64_t n = visible(i0 + r, j0, nk);
         float correction = mtf_attention_online_softmax_row(row, n, nk, &m[r], &l[r]);
-        if (p->dropout) drop_row(p, mask_base, i0 + r, j0, n, row);
+        if (p->dropout) mtf_cpu_attention_drop_row(p, mask_base, i0 + r, j0, n, row);
         if (correction != 1.0f)
           for (int64_t d = 0; d < D; d++) acc[r * D + d] *= correction;
       }
@@ -114,8 +110,8 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
 }
 
 static int k_attention(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)be;
-  problem p = problem_of(st, a);
+  if (st->params.attention.bf16) return mtf_cpu_attention_bf16(be, st, a);
+  problem p = mtf_cpu_attention_problem_of(st, a);
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
   mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
@@ -156,7 +152,7 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
         for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
         if (p->dropout) {
           memcpy(w->PR + r * TILE, row, sizeof(float) * (size_t)nk);
-          drop_row(p, mask_base, i0 + r, j0, n, w->PR + r * TILE);
+          mtf_cpu_attention_drop_row(p, mask_base, i0 + r, j0, n, w->PR + r * TILE);
         }
       }
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq, 1.0f, PR, TILE, w->dO + i0 * D,
@@ -178,8 +174,8 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
 
 /* Inputs q, k, v, F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv]. */
 static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)be;
-  problem p = problem_of(st, a);
+  if (st->params.attention.bf16) return mtf_cpu_attention_grad_bf16(be, st, a);
+  problem p = mtf_cpu_attention_problem_of(st, a);
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
   mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);

@@ -3,6 +3,23 @@
 #define MTF_EXEC_CPU_ATTENTION_H
 
 #include "exec/backend.h"
+#include "ops/attention.h"
+
+/* One step's attention problems: geometry, dropout mask, length L and depth D. */
+typedef struct mtf_cpu_attention_problem {
+  mtf_attention_geometry geo;
+  mtf_attention_mask mask;
+  int dropout;
+  int64_t L, D;
+} mtf_cpu_attention_problem;
+
+mtf_cpu_attention_problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *a);
+/* row[j] *= the dropout factor of weight (i, j0 + j), j < n (base: mtf_attention_mask_base of the problem). */
+void mtf_cpu_attention_drop_row(const mtf_cpu_attention_problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n,
+                                float *row);
+/* The bfloat16 path (attention_bf16.c), for steps with params.attention.bf16. */
+int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a);
+int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a);
 
 void mtf_cpu_register_attention(mtf_kernel_fn *kernels);
 

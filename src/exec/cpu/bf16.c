@@ -246,6 +246,29 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   return MTF_OK;
 }
 
+int mtf_cpu_bf16_native(void) {
+  pthread_once(&path_once, choose_path);
+  return native;
+}
+
+int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
+                         const void *a, const void *b, float *c) {
+  pthread_once(&path_once, choose_path);
+  if (native) {
+    product_key key = {1, m, n, k, a_transposed, b_transposed, threads};
+    return onednn_product(threads, &key, a, b, c);
+  }
+  /* The conversion path: the same products (exact in fp32) summed by sgemm. */
+  float *x = widened(threads, a, m * k), *y = widened(threads, b, k * n);
+  if (x && y && m * n > 0)
+    cblas_sgemm(CblasRowMajor, a_transposed ? CblasTrans : CblasNoTrans, b_transposed ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, 1.0f, x, a_transposed ? (int)m : (int)k, y, b_transposed ? (int)k : (int)n,
+                0.0f, c, (int)n);
+  free(x);
+  free(y);
+  return x && y ? MTF_OK : MTF_ERR_NOMEM;
+}
+
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads) {
   pthread_once(&path_once, choose_path);
   if (native) {

@@ -71,4 +71,11 @@ static inline double mtf_row_sum_exp(const float *x, int64_t n, float m) {
 #undef TERM
 }
 
+/* sum_j x_j y_j with float lanes (the attention backward pass's rowsum(dO o), whose terms are bounded). */
+static inline double mtf_row_dot(const float *x, const float *y, int64_t n) {
+#define TERM(i) (x[i] * y[i])
+  MTF_ROW_SUM_BODY(n, float, TERM);
+#undef TERM
+}
+
 #endif

@@ -12,7 +12,11 @@
  * dQ_i += scale dS K_j by atomicAdd into the zeroed output (several memory tiles add to one query row).
  * Dropout (R: 0 or 1 / keep) is ops/attention.h's mask, recomputed from global indices per tile with
  * core/rng's hash: the forward pass sums kept and dropped probabilities into l and accumulates only the
- * kept ones, scaled, exactly as the CPU kernel. */
+ * kept ones, scaled, exactly as the CPU kernel.
+ * Under the bf16 policy (params.attention.bf16) every product operand is rounded to bfloat16 where the CPU's
+ * bf16 path (and the reference) round it: q, k, v, dO as loaded, the weights before P V and (P R)^T dO, and
+ * scale dS before dS K and dS^T Q; sums stay fp32 (the tiles are CUDA-core products, not tensor cores yet). */
+#include "core/bf16.h"
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
 
@@ -36,7 +40,7 @@ typedef struct att_problem {
   int batch_rank;
   int64_t batch_size[MTF_MAX_RANK], mask_global[MTF_MAX_RANK], mask_offset[MTF_MAX_RANK];
   int64_t count, L, D, tiles;
-  int T, dropout;
+  int T, dropout, bf16;
   uint64_t seed, key;
   float keep, drop_scale, scale;
 } att_problem;
@@ -97,6 +101,7 @@ static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
   p->keep = mask.keep;
   p->drop_scale = mask.scale;
   p->scale = pa->attention.scale;
+  p->bf16 = pa->attention.bf16;
   return MTF_OK;
 }
 
@@ -126,12 +131,15 @@ __device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t
   return mtf_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
 }
 
+/* A product operand: rounded to bfloat16 under the bf16 policy. */
+__device__ inline float operand(const att_problem &p, float x) { return p.bf16 ? mtf_bf16_round(x) : x; }
+
 /* rows [row0, row0 + n) of a [L, D] operand into tile[n][D]. */
-__device__ inline void load_tile(const float *x, const att_view &v, int64_t base, int64_t row0, int64_t n, int64_t D,
-                                 float *tile) {
+__device__ inline void load_tile(const att_problem &p, const float *x, const att_view &v, int64_t base, int64_t row0,
+                                 int64_t n, int64_t D, float *tile) {
   for (int64_t e = threadIdx.x; e < n * D; e += blockDim.x) {
     int64_t r = e / D, d = e % D;
-    tile[e] = x[base + (row0 + r) * v.pos + d * v.depth];
+    tile[e] = operand(p, x[base + (row0 + r) * v.pos + d * v.depth]);
   }
 }
 
@@ -153,14 +161,14 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
     int64_t b = unit / p.tiles, i0 = unit % p.tiles * T, nq = L - i0 < T ? L - i0 : T;
     int64_t bq = view_base(p, vq, b), bk = view_base(p, vk, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
-    load_tile(q, vq, bq, i0, nq, D, Q);
+    load_tile(p, q, vq, bq, i0, nq, D, Q);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) acc[e] = 0.0f;
     for (int64_t r = threadIdx.x; r < T; r += blockDim.x) m[r] = -INFINITY, l[r] = 0.0;
     __syncthreads();
     for (int64_t j0 = 0; j0 < i0 + nq; j0 += T) {
       int64_t nk = L - j0 < T ? L - j0 : T;
-      load_tile(k, vk, bk, j0, nk, D, K);
-      load_tile(v, vk, bk, j0, nk, D, V);
+      load_tile(p, k, vk, bk, j0, nk, D, K);
+      load_tile(p, v, vk, bk, j0, nk, D, V);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
         int64_t r = e / T, c = e % T;
@@ -173,6 +181,7 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
         correction[r] = mtf_attention_online_softmax_row(row, n, T, &m[r], &l[r]);
         if (p.dropout)
           for (int64_t c = 0; c < n; c++) row[c] *= drop_factor(p, mbase, i0 + r, j0 + c);
+        for (int64_t c = 0; c < n && p.bf16; c++) row[c] = mtf_bf16_round(row[c]);
       }
       __syncthreads();
       for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
@@ -226,19 +235,19 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const f
     int64_t bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b), bdl = view_base(p, w.dlse, b);
     int64_t bdq = view_base(p, w.dq, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
-    load_tile(k, w.k, bk, j0, nk, D, K);
-    load_tile(v, w.k, bk, j0, nk, D, V);
+    load_tile(p, k, w.k, bk, j0, nk, D, K);
+    load_tile(p, v, w.k, bk, j0, nk, D, V);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     __syncthreads();
     for (int64_t i0 = j0; i0 < L; i0 += T) { /* query tiles at or below the diagonal */
       int64_t nq = L - i0 < T ? L - i0 : T;
-      load_tile(q, w.q, bq, i0, nq, D, Q);
-      load_tile(dF, w.dO, bdo, i0, nq, D, dO);
+      load_tile(p, q, w.q, bq, i0, nq, D, Q);
+      load_tile(p, dF, w.dO, bdo, i0, nq, D, dO);
       __syncthreads();
       for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
         double dsum = 0.0, extra = 0.0;
         for (int64_t d = 0; d < D; d++) {
-          dsum += (double)dO[r * D + d] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
+          dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
           extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
         }
         lse[r] = F[bl + (i0 + r) * w.lse.pos];
@@ -254,23 +263,28 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const f
         dP[e] = c < nk ? dot(dO + r * D, V + c * D, D) : 0.0f;
       }
       __syncthreads();
-      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) dP[e] = PR[e] * dP[e] - P[e] * delta[e / T];
+      /* dS; under bf16 scaled and rounded here (the products below then take scale 1) */
+      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+        float ds = PR[e] * dP[e] - P[e] * delta[e / T];
+        dP[e] = p.bf16 ? mtf_bf16_round(p.scale * ds) : ds;
+      }
       __syncthreads();
+      const float ds_scale = p.bf16 ? 1.0f : p.scale;
       for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) { /* dV_j, dK_j: rows of this memory tile */
         int64_t c = e / D, d = e % D;
         float sv = 0.0f, sk = 0.0f;
         for (int64_t r = 0; r < nq; r++) {
-          sv += PR[r * T + c] * dO[r * D + d];
+          sv += operand(p, PR[r * T + c]) * dO[r * D + d];
           sk += dP[r * T + c] * Q[r * D + d];
         }
         dV[e] += sv;
-        dK[e] += p.scale * sk;
+        dK[e] += ds_scale * sk;
       }
       for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) { /* dQ_i: shared with other memory tiles */
         int64_t r = e / D, d = e % D;
         float s = 0.0f;
         for (int64_t c = 0; c < nk; c++) s += dP[r * T + c] * K[c * D + d];
-        atomicAdd(out + bdq + (i0 + r) * w.dq.pos + d * w.dq.depth, p.scale * s);
+        atomicAdd(out + bdq + (i0 + r) * w.dq.pos + d * w.dq.depth, ds_scale * s);
       }
       __syncthreads();
     }
