@@ -240,6 +240,8 @@ typedef struct mtf_plan_stats {
   int steps;
   int allreduce_buckets;    /* non-blocking gradient allreduces (mtf_plan_options), counted once in comm_calls */
   int64_t bucketed_bytes;   /* the gradient bytes they reduce */
+  int bf16_values;          /* node values stored as bfloat16 (mtf_plan_options.bf16_storage) */
+  int64_t bf16_value_bytes; /* their bytes on this rank */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -252,6 +254,11 @@ typedef struct mtf_plan_options {
    * bucket is cast to bfloat16 into a staging buffer, summed so (rounded at every hop of the ring) and cast
    * back into its float32 gradients. */
   mtf_dtype bucket_wire_dtype;
+  /* Under the bf16 policy, store as bfloat16 the activations that are only read as bfloat16 (product
+   * operands, attention's q, k, v, the logits, the feed-forward pre-activation) where the ops' kernels
+   * write and read them so, instead of float32 values and a cast (lower/storage.c). For backends whose
+   * kernels do: the run layer sets it for cpu. */
+  int bf16_storage;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

@@ -37,7 +37,9 @@ static inline int test_train_configure(mtf_config *cfg, const char *path, const 
 static inline int test_train_steps(const mtf_config *cfg, int rank, const mtf_session_options *options, float lr,
                                    test_batch_fn batch, int steps, double *losses, mtf_error *err) {
   mtf_program p;
-  MTF_CHECK(mtf_program_build(cfg, rank, &p, err));
+  mtf_config for_backend = *cfg; /* the plans of the backend that runs them (bf16 storage is cpu's) */
+  if (options && options->backend) snprintf(for_backend.backend, sizeof for_backend.backend, "%s", options->backend);
+  MTF_CHECK(mtf_program_build(&for_backend, rank, &p, err));
   mtf_comm *comm = NULL;
   mtf_session *s = NULL;
   int rc = mtf_comm_mpi_create(MPI_COMM_WORLD, &cfg->mesh_shape, &comm, err);

@@ -76,6 +76,9 @@ struct mtf_backend {
   /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
    * the executor adds to its own. */
   const char *(*error_text)(mtf_backend *b);
+  /* 1 where its kernels read and write bf16-stored activations (mtf_plan_options.bf16_storage): a session
+   * refuses a plan that has them on a backend without. */
+  int bf16_storage;
   /* Optional: how it multiplies bfloat16 operands (the backend line of a bf16 run). */
   const char *(*bf16_text)(mtf_backend *b);
   void *ctx;

@@ -214,6 +214,13 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
       return rc;
     }
   }
+  if (plan->stats.bf16_values > 0 && !s->backend->bf16_storage) {
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "the plan stores %d activations as bfloat16 (mtf_plan_options.bf16_storage), "
+                       "which backend '%s' does not read or write; make the plan without bf16_storage for it",
+                       plan->stats.bf16_values, s->backend->name);
+    mtf_session_destroy(s);
+    return rc;
+  }
   rc = allocate_storage(s, err);
   if (rc) {
     mtf_session_destroy(s);

@@ -63,6 +63,7 @@ static void copy_block(walk *w, int block, int count) {
     int id = mtf_graph_add_op(g, n.kind, n.n_inputs, inputs, &n.params, &n.shape);
     if (id < 0) break;
     g->nodes[id].dtype = n.dtype;
+    g->nodes[id].bf16_policy = n.bf16_policy;
     snprintf(g->nodes[id].name, sizeof g->nodes[id].name, "%.50s/recompute", n.name);
     w->copy[i] = id;
   }
@@ -124,7 +125,9 @@ static int gradients(mtf_graph *g, mtf_tensor loss, int n, const mtf_tensor *wrt
       if (inner >= 0) dy = dy >= 0 ? mtf_add(g, dy, inner) : inner;
     }
     if (dy < 0 || !w.depends[i] || !def->gradient) continue;
+    int first_new = g->n_nodes;
     def->gradient(&w.ctx, self, dy); /* its targets are its inputs: originals, or copies already covered */
+    for (int k = first_new; k < g->n_nodes; k++) g->nodes[k].bf16_policy |= g->nodes[self].bf16_policy;
   }
   for (int i = 0; i < n; i++) {
     if (g->error.code != MTF_OK) break;

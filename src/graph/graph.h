@@ -114,6 +114,9 @@ typedef struct mtf_node {
   int inputs[MTF_MAX_OP_INPUTS];
   mtf_op_params params;
   int block; /* recompute block (mtf_recompute_begin), 0 = none */
+  /* Built under the bf16 matmul policy, or part of the gradient of such a node: the plan may then store it,
+   * or read it, as bfloat16 where the op's kernels can (lower/storage.c). */
+  int bf16_policy;
 } mtf_node;
 
 typedef struct mtf_assign_pair {

@@ -54,7 +54,7 @@ int mtf_lw_new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local
 }
 
 static int new_buffer(lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node) {
-  return mtf_lw_new_buffer(lw, kind, local, node, lw->g->nodes[node].dtype);
+  return mtf_lw_new_buffer(lw, kind, local, node, lw->dtype[node]);
 }
 
 int mtf_lw_add_step(lowering *lw, const mtf_step *step) {
@@ -163,9 +163,11 @@ static int64_t named_dim_offset(const lowering *lw, int node, const mtf_step *s)
   return offsets[d];
 }
 
-/* A kernel step of node's op over explicit inputs, writing a new arena buffer of out_shape (*out). */
-static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
-                       const mtf_dtype *in_dtypes, const mtf_shape *out_shape, mtf_dtype out_dtype, int *out) {
+/* A kernel step of node's op over explicit inputs, writing buffer `into`, or (into < 0) a new arena buffer of
+ * out_shape (*out). */
+static int emit_kernel_into(lowering *lw, int node, mtf_phase phase, int n_in, const int *in,
+                            const mtf_shape *in_shapes, const mtf_dtype *in_dtypes, const mtf_shape *out_shape,
+                            mtf_dtype out_dtype, int into, int *out) {
   mtf_plan *p = lw->plan;
   const mtf_node *n = &lw->g->nodes[node];
   const mtf_op_def *def = mtf_op(n->kind);
@@ -182,6 +184,8 @@ static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const 
     s.in_dtype[k] = in_dtypes[k];
   }
   s.out_shape = *out_shape;
+  /* the phases that write the node's value write it in the dtype the plan stores it in */
+  if ((phase == MTF_PHASE_WHOLE || phase == MTF_PHASE_APPLY) && out_dtype == MTF_F32) out_dtype = lw->dtype[node];
   s.out_dtype = out_dtype;
   s.params = n->params;
   s.seed = lw->g->seed;
@@ -197,12 +201,19 @@ static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const 
     s.scratch = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, &flat, node, MTF_F32);
     if (s.scratch < 0) return -s.scratch;
   }
-  int b = mtf_lw_new_buffer(lw, MTF_BUF_ARENA, out_shape, node, out_dtype);
+  int b = into >= 0 ? into : mtf_lw_new_buffer(lw, MTF_BUF_ARENA, out_shape, node, out_dtype);
   if (b < 0) return -b;
+  if (out_dtype == MTF_BF16 && n->dtype == MTF_F32)
+    p->stats.bf16_value_bytes += mtf_shape_num_elements(out_shape) * (int64_t)sizeof(uint16_t);
   s.out = b;
   *out = b;
   if (def->flops) p->stats.flops += def->flops(&s);
   return mtf_lw_add_step(lw, &s);
+}
+
+static int emit_kernel(lowering *lw, int node, mtf_phase phase, int n_in, const int *in, const mtf_shape *in_shapes,
+                       const mtf_dtype *in_dtypes, const mtf_shape *out_shape, mtf_dtype out_dtype, int *out) {
+  return emit_kernel_into(lw, node, phase, n_in, in, in_shapes, in_dtypes, out_shape, out_dtype, -1, out);
 }
 
 /* ---- the helpers of lower/lowering.h ---- */
@@ -301,8 +312,9 @@ int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) 
     }
     MTF_CHECK(mtf_lower_reshard(lw, node, p->value_buffer[input], layout, 0, &want, &in[k]));
     in_shapes[k] = mtf_layout_slice_shape(&want, &p->mesh);
-    in_dtypes[k] = lw->g->nodes[input].dtype;
+    in_dtypes[k] = lw->dtype[input];
   }
+  if (*reduced_axes) mtf_lw_keep_float(lw, node);
   mtf_shape out_shape = mtf_lw_local_shape(p, node);
   int out;
   MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
@@ -310,7 +322,38 @@ int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced_axes) 
   return MTF_OK;
 }
 
-int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) {
+/* Whether node's value may be written over variable var's buffer: this plan assigns it to var, nothing the
+ * plan runs after node (steps follow node order) or fetches reads var's old value, and the two slices match. */
+static int in_place_target(lowering *lw, int node, int var) {
+  const mtf_graph *g = lw->g;
+  mtf_plan *p = lw->plan;
+  if (g->nodes[var].kind != MTF_OP_VARIABLE) return 0;
+  int assigned = 0;
+  for (int a = lw->first_assign; a < lw->end_assign; a++) {
+    if (g->assigns[a].variable != var) continue;
+    if (g->assigns[a].value != node) return 0;
+    assigned = 1;
+  }
+  if (!assigned) return 0;
+  for (int f = 0; f < p->n_fetches; f++)
+    if (p->fetch_nodes[f] == var) return 0;
+  for (int j = node + 1; j < g->n_nodes; j++)
+    for (int k = 0; p->needed[j] && k < g->nodes[j].n_inputs; k++)
+      if (g->nodes[j].inputs[k] == var) return 0;
+  mtf_shape mine = mtf_lw_local_shape(p, node), its = mtf_lw_local_shape(p, var);
+  return mtf_shape_equal(&mine, &its) && lw->dtype[node] == lw->dtype[var] && !lw->pending[p->value_buffer[var]];
+}
+
+static int lower_local_into(mtf_lowering *lw, int node, int keep_partial, int into);
+
+int mtf_lower_local_in_place(mtf_lowering *lw, int node, int k) {
+  int var = lw->g->nodes[node].inputs[k];
+  return lower_local_into(lw, node, 0, in_place_target(lw, node, var) ? lw->plan->value_buffer[var] : -1);
+}
+
+int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) { return lower_local_into(lw, node, keep_partial, -1); }
+
+static int lower_local_into(mtf_lowering *lw, int node, int keep_partial, int into) {
   mtf_plan *p = lw->plan;
   const mtf_node *n = &lw->g->nodes[node];
   int in[MTF_MAX_OP_INPUTS];
@@ -322,12 +365,14 @@ int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial) {
     if (!keep_partial) MTF_CHECK(materialize(lw, input));
     in[k] = p->value_buffer[input];
     in_shapes[k] = mtf_lw_local_shape(p, input);
-    in_dtypes[k] = lw->g->nodes[input].dtype;
+    in_dtypes[k] = lw->dtype[input];
     pending |= lw->pending[in[k]];
   }
+  if (pending) mtf_lw_keep_float(lw, node);
   mtf_shape out_shape = mtf_lw_local_shape(p, node);
   int out;
-  MTF_CHECK(emit_kernel(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, &out));
+  MTF_CHECK(emit_kernel_into(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, n->dtype, into,
+                             &out));
   lw->pending[out] = pending;
   p->value_buffer[node] = out;
   return MTF_OK;
@@ -467,6 +512,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     rc = mark_needed(p, g, n_fetches, fetches, first_assign, end_assign, err);
   }
   if (rc == MTF_OK) rc = check_layouts(p, g, rules, err);
+  if (rc == MTF_OK) rc = mtf_lw_choose_dtypes(&lw, options && options->bf16_storage, n_fetches, fetches);
   for (int i = 0; i < count && rc == MTF_OK; i++)
     if (p->needed[i]) rc = mtf_op(g->nodes[i].kind)->lower(&lw, i);
   for (int i = 0; i < n_fetches && rc == MTF_OK; i++) {
@@ -483,6 +529,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     rc = mtf_lw_add_step(&lw, &s);
   }
   free(lw.pending);
+  free(lw.dtype);
   if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes,
                                                                         options->bucket_wire_dtype, err);
   if (rc != MTF_OK) {

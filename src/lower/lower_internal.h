@@ -12,7 +12,14 @@ struct mtf_lowering {
   int cap_pending;
   mtf_error *err;
   int first_assign, end_assign; /* the graph's assigns this plan performs */
+  mtf_dtype *dtype;             /* per node: the dtype its value is stored in (storage.c) */
 };
+
+/* Chooses lw->dtype: each node's own dtype, except that with `bf16_storage` (mtf_plan_options) the values the
+ * kernels may write and read as bfloat16 are stored so (storage.c). Call after the needed nodes are marked. */
+int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, const int *fetches);
+/* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
+void mtf_lw_keep_float(mtf_lowering *lw, int node);
 
 /* A new buffer of this rank (local shape), holding a value of node; its id, or minus an error code. */
 int mtf_lw_new_buffer(mtf_lowering *lw, mtf_buffer_kind kind, const mtf_shape *local, int node, mtf_dtype dtype);

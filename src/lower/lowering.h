@@ -12,6 +12,10 @@ const mtf_graph *mtf_lowering_graph(const mtf_lowering *lw);
 mtf_plan *mtf_lowering_plan(mtf_lowering *lw);
 /* This rank's slice shape of a node. */
 mtf_shape mtf_lowering_local_shape(const mtf_lowering *lw, int node);
+/* The dtype the plan stores node's value in: its own, or bfloat16 for a float32 value the plan keeps so
+ * (mtf_plan_options.bf16_storage; then node's op has bf16_output set and every reader reads bfloat16). Kernel
+ * steps reading node's value give this as their in_dtype. */
+mtf_dtype mtf_lowering_dtype(const mtf_lowering *lw, int node);
 /* The mesh axis splitting dimension `dim` of node, or -1. */
 int mtf_lowering_split_axis(const mtf_lowering *lw, int node, const char *dim);
 /* Axes over which node's current buffer holds partial sums (0: a materialized value). */
@@ -24,6 +28,10 @@ int mtf_lower_alias(mtf_lowering *lw, int node);
 /* One kernel step on local slices of materialized inputs; with keep_partial, inputs may stay partial sums
  * and the output is partial over their (common) axes. */
 int mtf_lower_local(mtf_lowering *lw, int node, int keep_partial);
+/* mtf_lower_local writing over input k's buffer where input k is a variable the plan assigns node's value to and
+ * nothing after node reads its old value (an optimizer update: no copy into the variable, no buffer of its own).
+ * The kernel must be elementwise in input k (out[i] from in_k[i] alone). */
+int mtf_lower_local_in_place(mtf_lowering *lw, int node, int k);
 /* A reduction over the input dims the output lacks: a split summed dim leaves partial sums over its axis
  * (returned in *reduced; inputs split along an axis that also splits the output are gathered first). */
 int mtf_lower_reduction(mtf_lowering *lw, int node, mtf_axis_set *reduced);

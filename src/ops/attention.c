@@ -247,7 +247,7 @@ static int lower_whole(mtf_lowering *lw, int node, int n_dims, const char *const
   mtf_dtype in_dtypes[MTF_MAX_OP_INPUTS];
   for (int k = 0; k < n->n_inputs; k++) {
     MTF_CHECK(mtf_lower_input_whole(lw, node, k, n_dims, dims, &in[k], &in_shapes[k]));
-    in_dtypes[k] = MTF_F32;
+    in_dtypes[k] = mtf_lowering_dtype(lw, n->inputs[k]);
   }
   mtf_shape out_shape = mtf_lowering_shape_whole(lw, node, n_dims, dims);
   MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_WHOLE, n->n_inputs, in, in_shapes, in_dtypes, &out_shape, &out));
@@ -295,6 +295,12 @@ static int64_t attention_scratch(const mtf_step *s) {
   int64_t bf16 = forward ? mtf_attention_scratch_forward_bf16(geo.length, geo.depth)
                          : mtf_attention_scratch_backward_bf16(geo.length, geo.depth);
   return words > bf16 ? words : bf16;
+}
+
+/* q, k, v (not the gradient's forward value and its gradient) */
+static int attention_reads_bf16(const mtf_node *n, int k) {
+  (void)n;
+  return k < 3;
 }
 
 /* ---- references: the unfused formula in double, whole tensors ---- */
@@ -455,9 +461,11 @@ static void take_reference(const mtf_ref_args *a) {
 static int64_t take_flops(const mtf_step *s) { (void)s; return 0; }
 
 const mtf_op_def mtf_op_attention = {"causal_attention", MTF_DIM_NONE, attention_infer, attention_gradient,
-                                     attention_lower, attention_flops, attention_scratch, attention_reference, 0};
+                                     attention_lower, attention_flops, attention_scratch, attention_reference, 0,
+                                     attention_reads_bf16, 0};
 /* No gradient: the backward pass is not differentiated again. */
 const mtf_op_def mtf_op_attention_grad = {"causal_attention_grad", MTF_DIM_NONE, attention_infer, NULL, attention_lower,
-                                          attention_grad_flops, attention_scratch, attention_grad_reference, 0};
+                                          attention_grad_flops, attention_scratch, attention_grad_reference, 0,
+                                          attention_reads_bf16, 0};
 const mtf_op_def mtf_op_take = {"take", MTF_DIM_NONE, take_infer, take_gradient, take_lower, take_flops, NULL,
-                                take_reference, 0};
+                                take_reference, 0, 0, 1};

@@ -57,7 +57,13 @@ static void cast_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
   if (mtf_grad_wanted(ctx, &n, 0)) mtf_grad_accumulate(ctx, n.inputs[0], dy);
 }
 
-static int cast_lower(mtf_lowering *lw, int node) { return mtf_lower_local(lw, node, 0); }
+/* A cast to bfloat16 of a value the plan already stores as bfloat16 (lower/storage.c) is that value. */
+static int cast_lower(mtf_lowering *lw, int node) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  if (mtf_lowering_dtype(lw, n->inputs[0]) == n->params.cast.to && mtf_lowering_pending(lw, n->inputs[0]) == 0)
+    return mtf_lower_alias(lw, node);
+  return mtf_lower_local(lw, node, 0);
+}
 
 static void cast_reference(const mtf_ref_args *a) {
   int64_t n = mtf_shape_num_elements(&a->n->shape);
@@ -66,4 +72,4 @@ static void cast_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_cast = {"cast", MTF_DIM_NONE, cast_infer, cast_gradient, cast_lower, mtf_op_flops_elements,
-                                NULL, cast_reference, 1};
+                                NULL, cast_reference, 1, 0, 0};

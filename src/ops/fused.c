@@ -149,7 +149,8 @@ static int phased_lower(mtf_lowering *lw, int node) {
   int smoothed = xent && n->params.xent.label_smoothing != 0.0f;
   mtf_shape rows = mtf_op_shape_without(&xs, dim), pair = mtf_op_stats_shape(smoothed ? 3 : 2, &rows);
   mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
-  mtf_dtype types[3] = {MTF_F32, MTF_F32, xent ? mtf_lowering_graph(lw)->nodes[n->inputs[1]].dtype : MTF_F32};
+  mtf_dtype types[3] = {mtf_lowering_dtype(lw, n->inputs[0]), MTF_F32,
+                        xent ? mtf_lowering_dtype(lw, n->inputs[1]) : MTF_F32};
   if (!rms) {
     MTF_CHECK(mtf_lower_phase(lw, node, layer ? MTF_PHASE_SUM : MTF_PHASE_MAX, 1, &x, &xs, types, &rows, &first));
     MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, first, &rows, group, layer ? MTF_REDUCE_SUM : MTF_REDUCE_MAX));
@@ -247,12 +248,12 @@ static void xent_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_softmax = {"softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
-                                   fused_flops, NULL, softmax_reference, 0};
+                                   fused_flops, NULL, softmax_reference, 0, 0, 0};
 const mtf_op_def mtf_op_log_softmax = {"log_softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
-                                       fused_flops, NULL, softmax_reference, 0};
+                                       fused_flops, NULL, softmax_reference, 0, 0, 0};
 const mtf_op_def mtf_op_layer_norm = {"layer_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
-                                      fused_flops, NULL, norm_reference, 0};
+                                      fused_flops, NULL, norm_reference, 0, 0, 1};
 const mtf_op_def mtf_op_rms_norm = {"rms_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
-                                    fused_flops, NULL, norm_reference, 0};
+                                    fused_flops, NULL, norm_reference, 0, 0, 1};
 const mtf_op_def mtf_op_softmax_xent = {"softmax_cross_entropy", MTF_DIM_IN_INPUT, xent_infer, xent_gradient,
-                                        phased_lower, fused_flops, NULL, xent_reference, 0};
+                                        phased_lower, fused_flops, NULL, xent_reference, 0, mtf_op_reads_first_bf16, 0};

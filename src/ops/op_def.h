@@ -10,7 +10,13 @@
  *   scratch    elements of arena scratch one kernel step needs (0 when NULL).
  *   reference  the double-precision value on whole tensors, for tests and the conformance test.
  *   takes_bf16 1 for the ops given bfloat16 tensors (cast, einsum of two, and the aliasing reshape and
- *              stop_gradient); mtf_graph_add_op refuses bfloat16 inputs to every other op. */
+ *              stop_gradient); mtf_graph_add_op refuses bfloat16 inputs to every other op.
+ *   reads_bf16, bf16_output  where a plan stores float32 activations as bfloat16 (mtf_plan_options'
+ *              bf16_storage, lower/storage.c): whether the node's kernels also read input k as bfloat16 (step
+ *              in_dtype; NULL: no input), for the inputs where that costs nothing a bf16 product would not
+ *              (attention's q, k, v, the logits, an activation function's argument, never a sine's angle),
+ *              and whether the kernels also write the value as bfloat16 (step out_dtype), with fp32 math
+ *              either way. Every backend that enables bf16_storage implements them. */
 #ifndef MTF_OPS_OP_DEF_H
 #define MTF_OPS_OP_DEF_H
 
@@ -52,7 +58,12 @@ typedef struct mtf_op_def {
   int64_t (*scratch)(const mtf_step *s);
   void (*reference)(const mtf_ref_args *a);
   int takes_bf16;
+  int (*reads_bf16)(const mtf_node *n, int k);
+  int bf16_output;
 } mtf_op_def;
+
+/* reads_bf16 of the ops that read their first input so (the logits, gelu's argument). */
+int mtf_op_reads_first_bf16(const mtf_node *n, int k);
 
 /* The entry of an op kind (kind < MTF_OP_COUNT). */
 const mtf_op_def *mtf_op(mtf_op_kind kind);

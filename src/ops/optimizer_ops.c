@@ -50,7 +50,8 @@ static int is_scalar(mtf_graph *g, const mtf_node *n, int k, const char *what) {
   return 0;
 }
 
-static int local_lower(mtf_lowering *lw, int node) { return mtf_lower_local(lw, node, 0); }
+/* The updated slot or weight over the old one (moving_average's input 0, adam_update's w). */
+static int in_place_lower(mtf_lowering *lw, int node) { return mtf_lower_local_in_place(lw, node, 0); }
 
 /* ---- moving_average ---- */
 
@@ -87,8 +88,8 @@ static void moving_average_reference(const mtf_ref_args *a) {
   }
 }
 
-const mtf_op_def mtf_op_moving_average = {"moving_average", MTF_DIM_NONE, moving_average_infer, no_gradient, local_lower,
-                                          moving_average_flops, NULL, moving_average_reference, 0};
+const mtf_op_def mtf_op_moving_average = {"moving_average", MTF_DIM_NONE, moving_average_infer, no_gradient, in_place_lower,
+                                          moving_average_flops, NULL, moving_average_reference, 0, 0, 0};
 
 /* ---- adam_update ---- */
 
@@ -134,5 +135,5 @@ static void adam_update_reference(const mtf_ref_args *a) {
   }
 }
 
-const mtf_op_def mtf_op_adam_update = {"adam_update", MTF_DIM_NONE, adam_update_infer, no_gradient, local_lower,
-                                       adam_update_flops, NULL, adam_update_reference, 0};
+const mtf_op_def mtf_op_adam_update = {"adam_update", MTF_DIM_NONE, adam_update_infer, no_gradient, in_place_lower,
+                                       adam_update_flops, NULL, adam_update_reference, 0, 0, 0};

@@ -105,6 +105,11 @@ int mtf_op_float_inputs(mtf_graph *g, const mtf_node *n, int first, int last) {
   return 1;
 }
 
+int mtf_op_reads_first_bf16(const mtf_node *n, int k) {
+  (void)n;
+  return k == 0;
+}
+
 int64_t mtf_op_flops_elements(const mtf_step *s) { return mtf_shape_num_elements(&s->out_shape); }
 
 void mtf_grad_accumulate(mtf_grad_ctx *ctx, int target, mtf_tensor contribution) {

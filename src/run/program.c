@@ -74,6 +74,12 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
+/* Whether plans store bf16-policy activations as bfloat16 (mtf_plan_options.bf16_storage): the cpu
+ * backend's kernels read and write them so; cuda and pjrt take float32 activations and casts. */
+int mtf_program_bf16_storage(const mtf_config *cfg) {
+  return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0;
+}
+
 /* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */
 static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                           const mtf_layout_rules *rules, int rank, mtf_plan **train, mtf_plan **apply, mtf_error *err) {
@@ -92,7 +98,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   }
   fetches[n_fetches - 1] = p->grad_norm;
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
-                              .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32};
+                              .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
+                              .bf16_storage = mtf_program_bf16_storage(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
@@ -109,18 +116,22 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
 }
 
 /* The evaluation (and dropless) plan of p's graph for `rank` of `mesh` under `rules`. */
-static int evaluation_plans(const mtf_program *p, const mtf_shape *mesh, const mtf_layout_rules *rules, int rank,
-                            mtf_plan **eval, mtf_plan **dropless, mtf_error *err) {
-  MTF_CHECK(mtf_plan_create_without_assigns(p->graph, mesh, rules, rank, 1, &p->eval_model.token_loss, eval, err));
+static int evaluation_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
+                            const mtf_layout_rules *rules, int rank, mtf_plan **eval, mtf_plan **dropless,
+                            mtf_error *err) {
+  mtf_plan_options options = {.bf16_storage = mtf_program_bf16_storage(cfg)};
+  MTF_CHECK(mtf_plan_create_with_assigns(p->graph, mesh, rules, rank, 1, &p->eval_model.token_loss, 0, 0, &options,
+                                         eval, err));
   if (!dropless) return MTF_OK;
-  return mtf_plan_create_without_assigns(p->graph, mesh, rules, rank, 1, &p->dropless_model.token_loss, dropless, err);
+  return mtf_plan_create_with_assigns(p->graph, mesh, rules, rank, 1, &p->dropless_model.token_loss, 0, 0, &options,
+                                      dropless, err);
 }
 
 int mtf_program_plans_for(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                           const mtf_layout_rules *rules, int rank, mtf_program_plans *out, mtf_error *err) {
   memset(out, 0, sizeof *out);
   int rc = training_plans(p, cfg, mesh, rules, rank, &out->train, &out->apply, err);
-  if (rc == MTF_OK) rc = evaluation_plans(p, mesh, rules, rank, &out->eval, p->dropless_plan ? &out->dropless : NULL, err);
+  if (rc == MTF_OK) rc = evaluation_plans(p, cfg, mesh, rules, rank, &out->eval, p->dropless_plan ? &out->dropless : NULL, err);
   if (rc != MTF_OK) mtf_program_plans_free(out);
   return rc;
 }
@@ -158,14 +169,15 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
     eval_fetches[n_eval_fetches++] = p->eval_model.loss_count;
   }
   if (p->eval_model.exact_rows != MTF_NO_TENSOR) eval_fetches[n_eval_fetches++] = p->eval_model.exact_rows;
+  mtf_plan_options eval_options = {.bf16_storage = mtf_program_bf16_storage(cfg)};
   if (rc == MTF_OK)
-    rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches,
-                                         &p->eval_plan, err);
+    rc = mtf_plan_create_with_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches, 0,
+                                      0, &eval_options, &p->eval_plan, err);
   if (rc == MTF_OK && eval_model.moe.experts > 0 && mtf_moe_capacity(&eval_model) < mtf_moe_capacity(&dropless)) {
     rc = mtf_transformer_build(p->graph, &dropless, rows, 0.0f, &p->dropless_model, err);
     if (rc == MTF_OK)
-      rc = mtf_plan_create_without_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1,
-                                           &p->dropless_model.token_loss, &p->dropless_plan, err);
+      rc = mtf_plan_create_with_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, 1, &p->dropless_model.token_loss,
+                                        0, 0, &eval_options, &p->dropless_plan, err);
   }
   /* A microbatch too small for the mesh axis that splits the batch is refused by the layout: say why. */
   if (rc != MTF_OK && p->microbatches > 1)

@@ -7,7 +7,7 @@
  * Ops without a gradient (the fused optimizer updates) are checked forward only, and differentiating through
  * them must be an error.
  *
- *   mpiexec -n 2 test_backend_conformance [--backend KIND] [--break OP] [--only TEXT] [--bf16]
+ *   mpiexec -n 2 test_backend_conformance [--backend KIND] [--break OP] [--only TEXT] [--bf16 | --bf16-storage]
  *
  * --bf16 runs every case with the graph's matmul dtype bfloat16 (backend.precision bf16): every two-operand
  * einsum, forward and backward, takes bfloat16 operands. The reference rounds the same operands (ops/cast.c),
@@ -17,6 +17,11 @@
  * see the straight-through gradient of a rounding (piecewise constant), so a graph with a cast, or with
  * attention (whose products then round q, k, v, the weights, dO and dS, as the reference models), is checked
  * against the reference's gradient only.
+ *
+ * --bf16-storage is --bf16 with plans that store activations as bfloat16 (mtf_plan_options.bf16_storage, as the
+ * cpu backend's runs do): every variable reaches the case's op rounded to bfloat16 and through an op that writes
+ * it as bfloat16 where the case's op reads that input so (reads_bf16), and the result is rounded to bfloat16
+ * (so written as bfloat16 by ops with bf16_output): both kernel paths, against the reference of the roundings.
  *
  * --break OP makes OP's kernel deliberately wrong (its first output element is shifted, or with
  * --break-nan OP made NaN): the test must then fail, which CTests check (the test of the test). --only TEXT
@@ -37,7 +42,8 @@
 static int world_rank;
 static const char *only_cases; /* --only TEXT: the cases whose name contains TEXT */
 static const char *broken_op;
-static int bf16_mode; /* --bf16 */
+static int bf16_mode;    /* --bf16 */
+static int storage_mode; /* --bf16-storage */
 static int broken_to_nan;
 static mtf_kernel_fn real_kernel;
 
@@ -65,6 +71,20 @@ static void fill_ids(int32_t *ids, double *as_double, int64_t n, int64_t vocab) 
   }
 }
 
+/* --bf16-storage: the kernel steps that read (an input other than a cast's or an einsum's) or wrote (other
+ * than a cast) a bf16-stored value, per op; every op whose entry says it can must have done both. */
+static unsigned read_bf16[MTF_OP_COUNT], wrote_bf16[MTF_OP_COUNT];
+
+static void note_bf16_steps(const mtf_plan *plan) {
+  for (int i = 0; i < plan->n_steps; i++) {
+    const mtf_step *st = &plan->steps[i];
+    if (st->kind != MTF_STEP_KERNEL || st->op == MTF_OP_CAST) continue;
+    if (st->out_dtype == MTF_BF16) wrote_bf16[st->op]++;
+    for (int k = 0; k < st->n_in && st->op != MTF_OP_EINSUM; k++)
+      if (st->in_dtype[k] == MTF_BF16) read_bf16[st->op]++;
+  }
+}
+
 /* The engine on `backend` under `layout` against the reference: max error relative to each tensor's scale. */
 static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, const char *layout_text, int n_fetches,
                            const mtf_tensor *fetches, const mtf_tensor *inputs, int n_inputs, int32_t **input_ids,
@@ -77,12 +97,15 @@ static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, co
   /* Freed buffers become NaN, so a memory-plan lifetime error (scratch included) shows as a wrong value. */
   mtf_session_options options = {.backend = backend, .poison_freed = 1};
   double worst = 0;
-  int rc = mtf_plan_create(g, &comm->mesh, &rules, comm->rank, n_fetches, fetches, &plan, &err);
+  mtf_plan_options plan_options = {.bf16_storage = storage_mode};
+  int rc = mtf_plan_create_with_options(g, &comm->mesh, &rules, comm->rank, n_fetches, fetches, &plan_options, &plan,
+                                        &err);
   if (rc == MTF_ERR_LAYOUT) { /* two dims of one tensor on one axis: not a layout to test */
     *skipped = 1;
     return 0;
   }
   *ok = rc == MTF_OK && mtf_session_create(plan, comm, &options, &session, &err) == MTF_OK;
+  if (*ok) note_bf16_steps(plan);
   if (*ok && broken_op) {
     mtf_backend *b = mtf_session_backend_instance(session);
     for (int k = 0; k < MTF_OP_COUNT; k++)
@@ -141,6 +164,13 @@ static int has_rounding(const mtf_graph *g) {
   return 0;
 }
 
+/* --bf16-storage: x rounded to a bfloat16 value, then passed on by an op that writes it as bfloat16 where its
+ * readers read it so (lower/storage.c), losslessly: the case's op then reads a bf16-stored input exactly as
+ * the reference (which models the rounding of the casts) sees it. */
+static mtf_tensor bf16_stored(mtf_graph *g, mtf_tensor x) {
+  return mtf_scalar_multiply(g, mtf_cast(g, mtf_cast(g, x, MTF_BF16), MTF_F32), 1.0f);
+}
+
 static void run_case(const op_case *c, int forward_only, const char *backend, mtf_comm *comm) {
   if (only_cases && !strstr(c->name, only_cases)) return;
   mtf_graph *g = mtf_graph_create(1234);
@@ -153,7 +183,10 @@ static void run_case(const op_case *c, int forward_only, const char *backend, mt
     mtf_shape s = S(c->var_shapes[i]);
     vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
   }
-  mtf_tensor y = c->build(g, vars, inputs, &n_inputs);
+  mtf_tensor operands[MAX_VARS];
+  for (int i = 0; i < n_vars; i++) operands[i] = storage_mode ? bf16_stored(g, vars[i]) : vars[i];
+  mtf_tensor y = c->build(g, operands, inputs, &n_inputs);
+  if (storage_mode && mtf_tensor_dtype(g, y) != MTF_I32) y = mtf_cast(g, mtf_cast(g, y, MTF_BF16), MTF_F32);
   mtf_error err;
   if (mtf_graph_status(g, &err)) {
     fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
@@ -243,8 +276,9 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   const char *only_backend = NULL;
   for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--bf16") == 0) {
+    if (strcmp(argv[i], "--bf16") == 0 || strcmp(argv[i], "--bf16-storage") == 0) {
       bf16_mode = 1;
+      storage_mode = strcmp(argv[i], "--bf16-storage") == 0;
       memmove(&argv[i], &argv[i + 1], sizeof *argv * (size_t)(argc - i)); /* the rest are pairs */
       argc--;
       break;
@@ -257,6 +291,9 @@ int main(int argc, char **argv) {
   }
   if (broken_op && world_rank == 0) printf("deliberately broken kernel: %s\n", broken_op);
   if (bf16_mode && world_rank == 0) printf("every case with bfloat16 matmul operands (--bf16)\n");
+  if (storage_mode && world_rank == 0)
+    printf("and bfloat16-stored activations: operands and results through bf16 storage where the ops read and "
+           "write it (--bf16-storage)\n");
   char mesh_text[32];
   snprintf(mesh_text, sizeof mesh_text, "m:%d", world_size);
   mtf_shape mesh;
@@ -301,6 +338,15 @@ int main(int argc, char **argv) {
   for (int k = 0; k < MTF_OP_COUNT && !only_cases; k++) {
     if (!covered[k] && world_rank == 0) fprintf(stderr, "FAIL no conformance case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);
     CHECK(covered[k] > 0);
+  }
+  /* Under --bf16-storage every op whose entry reads or writes bf16-stored values did so in some case. */
+  for (int k = 0; k < MTF_OP_COUNT && storage_mode && !only_cases; k++) {
+    const mtf_op_def *def = mtf_op((mtf_op_kind)k);
+    int unread = def->reads_bf16 && !read_bf16[k], unwritten = def->bf16_output && !wrote_bf16[k];
+    if ((unread || unwritten) && world_rank == 0)
+      fprintf(stderr, "FAIL no --bf16-storage case %s op '%s' a bf16-stored value\n", unread ? "gave" : "had",
+              def->name);
+    CHECK(!unread && !unwritten);
   }
   mtf_comm_destroy(comm);
   int local_failed = check_failed, any_failed = 0;

@@ -89,6 +89,18 @@ static mtf_tensor c_layer_norm(ARGS) { UNUSED_INPUTS; return mtf_layer_norm(g, v
 /* |mean| >> std: a one-pass variance (E[x^2] - mean^2) over a split dim would cancel. */
 static mtf_tensor c_layer_norm_offset(ARGS) { UNUSED_INPUTS; return mtf_layer_norm(g, mtf_scalar_add(g, v[0], 100.0f), "d", -1, -1, 1e-5f); }
 static mtf_tensor c_rms_norm(ARGS) { UNUSED_INPUTS; return mtf_rms_norm(g, v[0], "d", v[1], 1e-5f); }
+/* A norm's output read only by a product, and a product's result read only by gelu (and its gradient): the
+ * values a bf16-storing plan keeps as bfloat16 (--bf16-storage). */
+static mtf_tensor c_rms_norm_product(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape o = S("a:3,e:2");
+  return mtf_einsum2(g, mtf_rms_norm(g, v[0], "d", MTF_NO_TENSOR, 1e-5f), v[1], &o);
+}
+static mtf_tensor c_gelu_product(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape o = S("a:3,e:2");
+  return mtf_gelu(g, mtf_einsum2(g, v[0], v[1], &o));
+}
 static mtf_tensor c_causal(ARGS) { UNUSED_INPUTS; return mtf_softmax(g, mtf_causal_mask(g, v[0], "q", "m"), "m"); }
 static mtf_tensor c_masked_fill(ARGS) {
   UNUSED_INPUTS;
@@ -326,6 +338,8 @@ static const op_case cases[] = {
     {"layer_norm", {"a:3,d:4", "d:4", "d:4"}, c_layer_norm},
     {"layer_norm, mean 100 x std", {"a:3,d:8"}, c_layer_norm_offset},
     {"rms_norm, dim first", {"d:4,a:3", "d:4"}, c_rms_norm},
+    {"rms_norm into a product", {"a:3,d:4", "d:4,e:2"}, c_rms_norm_product},
+    {"gelu of a product", {"a:3,d:4", "d:4,e:2"}, c_gelu_product},
     {"causal mask + softmax", {"q:4,m:4,e:2"}, c_causal},
     {"masked_fill", {"a:3,d:4"}, c_masked_fill},
     {"causal attention", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention},

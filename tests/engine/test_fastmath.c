@@ -116,6 +116,8 @@ static float f_tanh(float x) { return mtf_tanhf(x); }
 static float f_sigmoid(float x) { return mtf_sigmoidf(x); }
 static float f_gelu(float x) { return mtf_geluf(x); }
 static float f_gelu_grad(float x) { return mtf_gelu_gradf(x); }
+static float f_gelu_sigmoid(float x) { return mtf_gelu_sigmoid_formf(x); }
+static float f_gelu_grad_sigmoid(float x) { return mtf_gelu_grad_sigmoid_formf(x); }
 /* Slightly wrong versions, which the checks must reject. */
 static float bad_exp(float x) { return mtf_expf(x) * (1.0f + 2.4e-7f); }
 static float bad_tanh(float x) { return mtf_tanhf(x) + (x > 3.0f ? -2e-6f : 0.0f); }
@@ -143,6 +145,10 @@ static void special_values(void) {
   CHECK(mtf_sigmoidf(0.0f) == 0.5f && mtf_sigmoidf(200.0f) == 1.0f && mtf_sigmoidf(-200.0f) == 0.0f);
   CHECK(isnan(mtf_geluf(NAN)) && mtf_geluf(0.0f) == 0.0f && mtf_geluf(50.0f) == 50.0f && mtf_geluf(-50.0f) == 0.0f);
   CHECK(isnan(mtf_gelu_gradf(NAN)) && mtf_gelu_gradf(50.0f) == 1.0f && mtf_gelu_gradf(-50.0f) == 0.0f);
+  CHECK(isnan(mtf_gelu_sigmoid_formf(NAN)) && mtf_gelu_sigmoid_formf(0.0f) == 0.0f &&
+        mtf_gelu_sigmoid_formf(50.0f) == 50.0f && mtf_gelu_sigmoid_formf(-50.0f) == 0.0f);
+  CHECK(isnan(mtf_gelu_grad_sigmoid_formf(NAN)) && mtf_gelu_grad_sigmoid_formf(50.0f) == 1.0f &&
+        mtf_gelu_grad_sigmoid_formf(-50.0f) == 0.0f);
   /* odd symmetry of tanh, exactly */
   int odd = 1;
   for (float x = 1e-3f; x < 12.0f; x *= 1.001f) odd &= mtf_tanhf(-x) == -mtf_tanhf(x);
@@ -183,6 +189,12 @@ int main(void) {
   worst gg = check_gen(f_gelu_grad, ref_gelu_grad, -20.0f, 20.0f, 1, INFINITY);
   report("gelu'", gg);
   CHECK(gg.abs <= 1e-6);
+  worst gs = check_gen(f_gelu_sigmoid, ref_gelu, -20.0f, 20.0f, 1, INFINITY);
+  report("gelu (sigmoid form)", gs);
+  CHECK(gs.abs <= 1e-6);
+  worst ggs = check_gen(f_gelu_grad_sigmoid, ref_gelu_grad, -20.0f, 20.0f, 1, INFINITY);
+  report("gelu' (sigmoid form)", ggs);
+  CHECK(ggs.abs <= 1e-6);
 
   /* the checks reject slightly wrong functions */
   worst be = check_exp(bad_exp), bt = check_gen(bad_tanh, tanh, -20.0f, 20.0f, 0, 0.0);

@@ -226,6 +226,12 @@ static int k_take(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a)
     if (i > d) inner *= x->dims[i].size;
   }
   const float *in = a->in[0];
+  if (st->out_dtype == MTF_BF16) { /* a bf16-stored value (lower/storage.c) */
+    mtf_bf16 *out = a->out;
+    for (int64_t o = 0; o < outer; o++)
+      mtf_cpu_round(in + (o * size + st->params.take.index) * inner, out + o * inner, inner);
+    return MTF_OK;
+  }
   float *out = a->out;
   for (int64_t o = 0; o < outer; o++)
     memcpy(out + o * inner, in + (o * size + st->params.take.index) * inner, sizeof(float) * (size_t)inner);

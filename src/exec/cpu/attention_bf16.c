@@ -24,12 +24,21 @@ typedef mtf_cpu_attention_problem problem;
 
 static int64_t words(int64_t n) { return (n + 1) / 2; }
 
-static void pack_bf16(const problem *p, const float *x, const mtf_attention_view *v, int64_t b, mtf_bf16 *out) {
-  const float *base = x + mtf_attention_base(&p->geo, v, b);
+/* x (float32, or bfloat16 where the plan stores it so: lower/storage.c) -> out [L, D] bfloat16 */
+static void pack_bf16(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b,
+                      mtf_bf16 *out) {
+  int64_t at = mtf_attention_base(&p->geo, v, b);
   for (int64_t i = 0; i < p->L; i++) {
-    const float *row = base + i * v->pos_stride;
     mtf_bf16 *dst = out + i * p->D;
-    for (int64_t d = 0; d < p->D; d++) dst[d] = mtf_bf16_from_float(row[d * v->depth_stride]);
+    if (dtype == MTF_BF16) {
+      const mtf_bf16 *row = (const mtf_bf16 *)x + at + i * v->pos_stride;
+      if (v->depth_stride == 1) memcpy(dst, row, sizeof(mtf_bf16) * (size_t)p->D);
+      else
+        for (int64_t d = 0; d < p->D; d++) dst[d] = row[d * v->depth_stride];
+    } else {
+      const float *row = (const float *)x + at + i * v->pos_stride;
+      for (int64_t d = 0; d < p->D; d++) dst[d] = mtf_bf16_from_float(row[d * v->depth_stride]);
+    }
   }
 }
 
@@ -91,9 +100,9 @@ int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel
   mtf_bf16 *P = (mtf_bf16 *)(S + R * L);
   float *O = S + R * L + words(R * L);
   for (int64_t b = 0; b < p.geo.count; b++) {
-    pack_bf16(&p, a->in[0], &vq, b, Q);
-    pack_bf16(&p, a->in[1], &vk, b, K);
-    pack_bf16(&p, a->in[2], &vk, b, V);
+    pack_bf16(&p, a->in[0], st->in_dtype[0], &vq, b, Q);
+    pack_bf16(&p, a->in[1], st->in_dtype[1], &vk, b, K);
+    pack_bf16(&p, a->in[2], st->in_dtype[2], &vk, b, V);
     uint64_t mask_base = p.dropout ? mtf_attention_mask_base(&p.geo, &p.mask, b) : 0;
     float *lse_out = out + mtf_attention_base(&p.geo, &vl, b);
     for (int64_t i0 = 0; i0 < L; i0 += R) {
@@ -134,10 +143,10 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
   mtf_bf16 *PRb = (mtf_bf16 *)(dP + R * L), *dS = (mtf_bf16 *)(dP + R * L + words(R * L));
   const float *F = a->in[3], *dF = a->in[4];
   for (int64_t b = 0; b < p.geo.count; b++) {
-    pack_bf16(&p, a->in[0], &vq, b, Q);
-    pack_bf16(&p, a->in[1], &vk, b, K);
-    pack_bf16(&p, a->in[2], &vk, b, V);
-    pack_bf16(&p, dF, &vd[0], b, dO);
+    pack_bf16(&p, a->in[0], st->in_dtype[0], &vq, b, Q);
+    pack_bf16(&p, a->in[1], st->in_dtype[1], &vk, b, K);
+    pack_bf16(&p, a->in[2], st->in_dtype[2], &vk, b, V);
+    pack_bf16(&p, dF, MTF_F32, &vd[0], b, dO);
     const float *o = F + mtf_attention_base(&p.geo, &vf[0], b), *ls = F + mtf_attention_base(&p.geo, &vf[1], b);
     const float *dOf = dF + mtf_attention_base(&p.geo, &vd[0], b), *dlse = dF + mtf_attention_base(&p.geo, &vd[1], b);
     for (int64_t i = 0; i < L; i++) /* delta = rowsum(dO o) - rowsum(dlse), from the fp32 values */

@@ -99,6 +99,7 @@ static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
 typedef struct product_key {
   int64_t batch, m, n, k;
   int ta, tb;
+  int c_bf16; /* the result rounded to bfloat16 (a bf16-stored activation), else float32 */
   int threads; /* oneDNN splits the work by the OpenMP threads there are when the primitive is made */
 } product_key;
 
@@ -125,7 +126,7 @@ static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, in
 
 static int same_key(const product_key *x, const product_key *y) { /* field by field: the struct has padding */
   return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->ta == y->ta && x->tb == y->tb &&
-         x->threads == y->threads;
+         x->c_bf16 == y->c_bf16 && x->threads == y->threads;
 }
 
 static const product *find_product(const product_key *key, mtf_error *err) {
@@ -147,7 +148,7 @@ static const product *find_product(const product_key *key, mtf_error *err) {
   p->key = *key;
   strided_desc(&p->a, key->batch, key->m, key->k, key->ta, dnnl_bf16);
   strided_desc(&p->b, key->batch, key->k, key->n, key->tb, dnnl_bf16);
-  strided_desc(&p->c, key->batch, key->m, key->n, 0, dnnl_f32);
+  strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
   dnnl_matmul_desc_t desc;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t rc = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
@@ -176,13 +177,13 @@ static void set_onednn_threads(int threads) {
   if (set) set(threads > 0 ? threads : 1);
 }
 
-static int onednn_product(int threads, const product_key *shape, const void *a, const void *b, float *c) {
+static int onednn_product(int threads, const product_key *shape, const void *a, const void *b, void *c) {
   mtf_error err;
   product_key key = *shape;
   key.threads = threads > 0 ? threads : 1;
   if (key.batch * key.m * key.n == 0) return MTF_OK;
   if (key.k == 0) { /* an empty sum: zeros (oneDNN would leave c as it is) */
-    memset(c, 0, sizeof(float) * (size_t)(key.batch * key.m * key.n));
+    memset(c, 0, (key.c_bf16 ? sizeof(mtf_bf16) : sizeof(float)) * (size_t)(key.batch * key.m * key.n));
     return MTF_OK;
   }
   pthread_mutex_lock(&products_lock);
@@ -213,37 +214,56 @@ static float *widened(int threads, const void *in, int64_t n) {
   return out;
 }
 
-static int widened_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
+static int widened_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out) {
   float *x = widened(be->threads, a->in[0], mtf_shape_num_elements(&st->in_shape[0]));
   float *y = widened(be->threads, a->in[1], mtf_shape_num_elements(&st->in_shape[1]));
-  int rc = x && y ? mtf_cpu_einsum_f32(be->threads, st, x, y, a->out, a->scratch) : MTF_ERR_NOMEM;
+  int rc = x && y ? mtf_cpu_einsum_f32(be->threads, st, x, y, out, a->scratch) : MTF_ERR_NOMEM;
   free(x);
   free(y);
   return rc;
+}
+
+static int float_result_of(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out);
+
+/* The product into a float32 result: the scratch and a transpose for the orders oneDNN does not write, or
+ * the widened operands. */
+static int float_result(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, const mtf_einsum_dims *d,
+                        float *out) {
+  if (!native || d->a_summed || d->b_summed || d->a_packed || d->b_packed) return widened_einsum(be, st, a, out);
+  if (!a->scratch) return MTF_ERR_INVALID;
+  float *c = (float *)a->scratch + d->scratch_offset[4];
+  product_key key = {d->nb, d->M, d->N, d->K, d->a_transposed, d->b_transposed, 0, be->threads};
+  MTF_CHECK(onednn_product(be->threads, &key, a->in[0], a->in[1], c));
+  mtf_shape c_shape = mtf_einsum_concat3(&d->batch, &d->m, &d->n);
+  mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, out);
+  return MTF_OK;
+}
+
+static int float_result_of(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out) {
+  mtf_einsum_dims d;
+  mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
+  return float_result(be, st, a, &d, out);
 }
 
 int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   pthread_once(&path_once, choose_path);
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
-  if (!native || d.a_summed || d.b_summed || d.a_packed || d.b_packed) return widened_einsum(be, st, a);
-  if (!d.c_packed) {
-    product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, be->threads};
-    return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
+  int out_bf16 = st->out_dtype == MTF_BF16;
+  if (native && !d.a_summed && !d.b_summed && !d.a_packed && !d.b_packed) {
+    if (!d.c_packed) {
+      product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, out_bf16, be->threads};
+      return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
+    }
+    /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
+     * C^T = B^T A^T, lands in place. */
+    if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
+      product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed, out_bf16, be->threads};
+      return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
+    }
   }
-  /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
-   * C^T = B^T A^T, lands in place; any other order goes through the scratch and a transpose. */
-  if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
-    product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed, be->threads};
-    return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
-  }
-  if (!a->scratch) return MTF_ERR_INVALID;
-  float *c = (float *)a->scratch + d.scratch_offset[4];
-  product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, be->threads};
-  MTF_CHECK(onednn_product(be->threads, &key, a->in[0], a->in[1], c));
-  mtf_shape c_shape = mtf_einsum_concat3(&d.batch, &d.m, &d.n);
-  mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, a->out);
-  return MTF_OK;
+  if (!out_bf16) return float_result(be, st, a, &d, a->out);
+  return mtf_cpu_float_then_round(be, st, a, float_result_of);
 }
 
 int mtf_cpu_bf16_native(void) {
@@ -255,7 +275,7 @@ int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_tra
                          const void *a, const void *b, float *c) {
   pthread_once(&path_once, choose_path);
   if (native) {
-    product_key key = {1, m, n, k, a_transposed, b_transposed, threads};
+    product_key key = {1, m, n, k, a_transposed, b_transposed, 0, threads};
     return onednn_product(threads, &key, a, b, c);
   }
   /* The conversion path: the same products (exact in fp32) summed by sgemm. */
@@ -272,7 +292,7 @@ int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_tra
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads) {
   pthread_once(&path_once, choose_path);
   if (native) {
-    product_key key = {1, m, n, k, 0, 0, threads};
+    product_key key = {1, m, n, k, 0, 0, 0, threads};
     return onednn_product(threads, &key, a, b, c);
   }
   float *x = widened(threads, a, m * k), *y = widened(threads, b, k * n);
@@ -282,6 +302,17 @@ int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, cons
   free(x);
   free(y);
   return x && y ? MTF_OK : MTF_ERR_NOMEM;
+}
+
+int mtf_cpu_float_then_round(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a,
+                             int (*compute)(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out)) {
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  float *out = malloc(sizeof(float) * (size_t)(n ? n : 1));
+  if (!out) return MTF_ERR_NOMEM;
+  int rc = compute(be, st, a, out);
+  if (rc == MTF_OK) mtf_cpu_cast(be->threads, out, MTF_F32, a->out, MTF_BF16, n);
+  free(out);
+  return rc;
 }
 
 void mtf_cpu_register_bf16(mtf_kernel_fn *kernels) { kernels[MTF_OP_CAST] = k_cast; }

@@ -2,7 +2,18 @@
 #ifndef MTF_EXEC_CPU_BF16_H
 #define MTF_EXEC_CPU_BF16_H
 
+#include "core/bf16.h"
 #include "exec/backend.h"
+
+/* Blocks of bf16-stored activations (lower/storage.c) into float32 and back, for kernels that read or write
+ * them with fp32 math; loops that vectorise. */
+#define MTF_CPU_BF16_BLOCK 512
+static inline void mtf_cpu_widen(const mtf_bf16 *in, float *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = mtf_float_from_bf16(in[i]);
+}
+static inline void mtf_cpu_round(const float *in, mtf_bf16 *out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) out[i] = mtf_bf16_from_float(in[i]);
+}
 
 /* How this process multiplies bfloat16 (oneDNN and the ISA it runs, or conversion to fp32 and why), for the
  * run's backend line. The choice is made once: oneDNN's ISA (AMX enabled unless ONEDNN_MAX_CPU_ISA caps it),
@@ -18,6 +29,11 @@ int mtf_cpu_bf16_native(void);
  * [n, k]) where a_transposed, b_transposed: on oneDNN, or widened to fp32 for sgemm on the conversion path. */
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
                          const void *a, const void *b, float *c);
+/* A kernel whose step writes a bfloat16 value (out_dtype, a bf16-stored activation) through a float32 result:
+ * `compute` writes the float32 value into out (a temporary), which is then rounded into a->out. For the
+ * paths that have no bfloat16 writer of their own. */
+int mtf_cpu_float_then_round(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a,
+                             int (*compute)(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out));
 void mtf_cpu_register_bf16(mtf_kernel_fn *kernels);
 
 #endif

@@ -66,13 +66,19 @@ int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const fl
   return MTF_OK;
 }
 
-static int k_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *args) {
+/* float32 operands into a float32 result `out` */
+static int float_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *args, float *out) {
   if (st->n_in == 1) {
-    mtf_cpu_reduce_into(be->threads, &st->in_shape[0], args->in[0], &st->out_shape, args->out);
+    mtf_cpu_reduce_into(be->threads, &st->in_shape[0], args->in[0], &st->out_shape, out);
     return MTF_OK;
   }
-  if (st->in_dtype[0] == MTF_BF16) return mtf_cpu_einsum_bf16(be, st, args);
-  return mtf_cpu_einsum_f32(be->threads, st, args->in[0], args->in[1], args->out, args->scratch);
+  return mtf_cpu_einsum_f32(be->threads, st, args->in[0], args->in[1], out, args->scratch);
+}
+
+static int k_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *args) {
+  if (st->n_in == 2 && st->in_dtype[0] == MTF_BF16) return mtf_cpu_einsum_bf16(be, st, args);
+  if (st->out_dtype == MTF_BF16) return mtf_cpu_float_then_round(be, st, args, float_einsum);
+  return float_einsum(be, st, args, args->out);
 }
 
 void mtf_cpu_register_einsum(mtf_kernel_fn *kernels) { kernels[MTF_OP_EINSUM] = k_einsum; }

@@ -98,4 +98,19 @@ static inline float mtf_gelu_gradf(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * MTF_GELU_C * (1.0f + 3.0f * MTF_GELU_A * x * x);
 }
 
+/* The same tanh approximation in its sigmoid form, 0.5 (1 + tanh u) = 1 / (1 + e^-2u): one exp and one
+ * division where mtf_tanhf also evaluates its small-argument polynomial and a select, about half the work. Equal
+ * up to rounding (checked to 1e-6 like the above, tests/engine/test_fastmath.c), but not bit for bit, so it is
+ * for the kernels whose argument is a bf16-stored activation (lower/storage.c), which fp32 runs never have. */
+static inline float mtf_gelu_sigmoid_formf(float x) {
+  float u = MTF_GELU_C * (x + MTF_GELU_A * x * x * x);
+  return x / (1.0f + mtf_expf(-2.0f * u));
+}
+
+static inline float mtf_gelu_grad_sigmoid_formf(float x) {
+  float u = MTF_GELU_C * (x + MTF_GELU_A * x * x * x);
+  float s = 1.0f / (1.0f + mtf_expf(-2.0f * u));
+  return s + 2.0f * x * s * (1.0f - s) * MTF_GELU_C * (1.0f + 3.0f * MTF_GELU_A * x * x);
+}
+
 #endif

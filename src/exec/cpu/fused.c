@@ -3,8 +3,10 @@
  * op's dim has local size `len` and stride `inner` within the row. Rows run on the backend's threads, one
  * row per thread; row sums end in double. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 #include "exec/cpu/parallel.h"
 #include "exec/cpu/rowops.h"
@@ -117,6 +119,12 @@ static void norm_apply(const mtf_step *st, const float *x, const mtf_rows *r, in
                        double n, float *y) {
   double inv = 1.0 / sqrt(squares / n + st->params.norm.epsilon);
   const float *p = x + mtf_row_base(r, row);
+  if (st->out_dtype == MTF_BF16) { /* a bf16-stored output (lower/storage.c) */
+    mtf_bf16 *q = (mtf_bf16 *)y + mtf_row_base(r, row);
+    for (int64_t j = 0; j < r->len; j++)
+      q[j * r->inner] = mtf_bf16_from_float((float)(((double)p[j * r->inner] - mean) * inv));
+    return;
+  }
   float *q = y + mtf_row_base(r, row);
   if (r->inner == 1) { /* the same expression, as its own loop so that it vectorises */
     for (int64_t j = 0; j < r->len; j++) q[j] = (float)(((double)p[j] - mean) * inv);
@@ -171,27 +179,50 @@ static double row_sum_x(const float *x, const mtf_rows *r, int64_t row) {
   return s;
 }
 
-static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
-  const float *x = a->in[0];
+/* One row of the loss in MAX, STATS or WHOLE: x the logits with r's geometry (row `row`), and out the step's
+ * output; for bf16-stored logits r is one contiguous row and `row` numbers the step's rows (labels, out). */
+static void xent_row_at(const mtf_step *st, const mtf_kernel_args *a, const float *x, const mtf_rows *r, int64_t at,
+                        int64_t row, int64_t rows, float *out) {
   if (st->phase == MTF_PHASE_MAX) {
-    out[row] = row_max(x, r, row);
+    out[row] = row_max(x, r, at);
     return;
   }
   const void *labels = a->in[st->phase == MTF_PHASE_STATS ? 2 : 1];
   mtf_dtype label_type = st->in_dtype[st->phase == MTF_PHASE_STATS ? 2 : 1];
-  float m = st->phase == MTF_PHASE_STATS ? ((const float *)a->in[1])[row] : row_max(x, r, row);
-  double sum = row_sum_exp(x, r, row, m);
+  float m = st->phase == MTF_PHASE_STATS ? ((const float *)a->in[1])[row] : row_max(x, r, at);
+  double sum = row_sum_exp(x, r, at, m);
   int64_t local = mtf_cpu_index(labels, label_type, row) - st->dim_offset;
-  double target = local >= 0 && local < r->len ? x[mtf_row_base(r, row) + local * r->inner] : 0.0;
+  double target = local >= 0 && local < r->len ? x[mtf_row_base(r, at) + local * r->inner] : 0.0;
   int smoothed = st->params.xent.label_smoothing != 0.0f;
-  double sum_x = smoothed ? row_sum_x(x, r, row) : 0.0;
+  double sum_x = smoothed ? row_sum_x(x, r, at) : 0.0;
   if (st->phase == MTF_PHASE_STATS) {
     out[row] = (float)sum;
-    out[r->count + row] = (float)target;
-    if (smoothed) out[2 * r->count + row] = (float)sum_x;
+    out[rows + row] = (float)target;
+    if (smoothed) out[2 * rows + row] = (float)sum_x;
   } else {
     out[row] = xent_value(st, m + log(sum), target, sum_x);
   }
+}
+
+static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
+  xent_row_at(st, a, a->in[0], r, row, row, r->count, out);
+}
+
+/* bf16-stored logits (lower/storage.c): each row widened into fp32 first. */
+static int xent_rows_bf16(const mtf_step *st, const mtf_kernel_args *a) {
+  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
+  mtf_rows one = {1, r.len, 1, 1}; /* one contiguous row */
+  float *x = malloc(sizeof(float) * (size_t)(r.len + 1));
+  if (!x) return MTF_ERR_NOMEM;
+  for (int64_t row = 0; row < r.count; row++) {
+    const mtf_bf16 *p = (const mtf_bf16 *)a->in[0] + mtf_row_base(&r, row);
+    if (r.inner == 1) mtf_cpu_widen(p, x, r.len);
+    else
+      for (int64_t j = 0; j < r.len; j++) x[j] = mtf_float_from_bf16(p[j * r.inner]);
+    xent_row_at(st, a, x, &one, 0, row, r.count, a->out);
+  }
+  free(x);
+  return MTF_OK;
 }
 
 static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
@@ -205,6 +236,7 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
                             smoothed ? stats[2 * count + row] : 0.0);
     return MTF_OK;
   }
+  if (st->in_dtype[0] == MTF_BF16) return xent_rows_bf16(st, a);
   run_rows(b, st, a, st->params.xent.dim, xent_row);
   return MTF_OK;
 }

@@ -5,7 +5,9 @@
  * gelu' are fastmath.h's (no libm call in a loop: the loops vectorise, and the values are the forward kernels').
  * The split phases' statistics buffers are [k, rows]: statistic i of row r is at i * rows + r. */
 #include <math.h>
+#include <stdlib.h>
 
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 #include "exec/cpu/fastmath.h"
 #include "exec/cpu/parallel.h"
@@ -178,49 +180,83 @@ static inline void xent_row_apply(const mtf_step *st, float max, double sum, flo
   if (local >= 0 && local < len) out[local * stride] -= (1.0f - eps) * dy;
 }
 
+/* One row: x its logits (stride apart), o its gradient's row (WHOLE, APPLY), out the step's output (the
+ * per-row statistics of MAX and STATS). */
+static inline void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row,
+                            const float *x, int64_t stride, float *o, float *out) {
+  switch (st->phase) {
+    case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
+      float m = xent_row_max(x, r->len, stride);
+      double sum = xent_row_exp(x, m, r->len, stride, o);
+      float dy = ((const float *)a->in[2])[row];
+      xent_row_apply(st, m, sum, dy, mtf_cpu_index(a->in[1], st->in_dtype[1], row), r->len, stride, o);
+      break;
+    }
+    case MTF_PHASE_MAX: out[row] = xent_row_max(x, r->len, stride); break;
+    case MTF_PHASE_STATS: { /* in: logits, the allreduced max, dy; exp(x - max) is recomputed in APPLY */
+      float m = ((const float *)a->in[1])[row];
+      double sum = 0;
+      if (stride == 1)
+        sum = mtf_row_sum_exp(x, r->len, m);
+      else
+        for (int64_t j = 0; j < r->len; j++) sum += mtf_expf(x[j * stride] - m);
+      out[row] = (float)sum;
+      out[r->count + row] = carried(st, m);
+      out[2 * r->count + row] = carried(st, ((const float *)a->in[2])[row]);
+      break;
+    }
+    case MTF_PHASE_APPLY: { /* in: logits, labels, [sum exp, max, dy] */
+      const float *stats = a->in[2];
+      float m = stats[r->count + row];
+      xent_row_exp(x, m, r->len, stride, o);
+      xent_row_apply(st, m, stats[row], stats[2 * r->count + row], mtf_cpu_index(a->in[1], st->in_dtype[1], row),
+                     r->len, stride, o);
+      break;
+    }
+    case MTF_PHASE_SUM: break;
+  }
+}
+
 static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t stride) {
-  const float *x = a->in[0];
-  float *out = a->out;
   for (int64_t row = 0; row < r->count; row++) {
     int64_t b = mtf_row_base(r, row);
-    switch (st->phase) {
-      case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
-        float m = xent_row_max(x + b, r->len, stride);
-        double sum = xent_row_exp(x + b, m, r->len, stride, out + b);
-        float dy = ((const float *)a->in[2])[row];
-        xent_row_apply(st, m, sum, dy, mtf_cpu_index(a->in[1], st->in_dtype[1], row), r->len, stride, out + b);
-        break;
-      }
-      case MTF_PHASE_MAX: out[row] = xent_row_max(x + b, r->len, stride); break;
-      case MTF_PHASE_STATS: { /* in: logits, the allreduced max, dy; exp(x - max) is recomputed in APPLY */
-        float m = ((const float *)a->in[1])[row];
-        double sum = 0;
-        if (stride == 1)
-          sum = mtf_row_sum_exp(x + b, r->len, m);
-        else
-          for (int64_t j = 0; j < r->len; j++) sum += mtf_expf(x[b + j * stride] - m);
-        out[row] = (float)sum;
-        out[r->count + row] = carried(st, m);
-        out[2 * r->count + row] = carried(st, ((const float *)a->in[2])[row]);
-        break;
-      }
-      case MTF_PHASE_APPLY: { /* in: logits, labels, [sum exp, max, dy] */
-        const float *stats = a->in[2];
-        float m = stats[r->count + row];
-        xent_row_exp(x + b, m, r->len, stride, out + b);
-        xent_row_apply(st, m, stats[row], stats[2 * r->count + row], mtf_cpu_index(a->in[1], st->in_dtype[1], row),
-                       r->len, stride, out + b);
-        break;
-      }
-      case MTF_PHASE_SUM: break;
+    xent_row(st, a, r, row, (const float *)a->in[0] + b, stride, (float *)a->out + b, a->out);
+  }
+}
+
+/* bf16-stored logits or gradient (lower/storage.c): each row widened into fp32, computed there, rounded back. */
+static int xent_rows_bf16(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r) {
+  int x_bf16 = st->in_dtype[0] == MTF_BF16, writes = st->phase == MTF_PHASE_WHOLE || st->phase == MTF_PHASE_APPLY;
+  int o_bf16 = writes && st->out_dtype == MTF_BF16;
+  float *x = malloc(sizeof(float) * (size_t)(2 * r->len + 1)), *o = x + r->len;
+  if (!x) return MTF_ERR_NOMEM;
+  int64_t s = r->inner;
+  for (int64_t row = 0; row < r->count; row++) {
+    int64_t b = mtf_row_base(r, row);
+    if (x_bf16 && s == 1) mtf_cpu_widen((const mtf_bf16 *)a->in[0] + b, x, r->len);
+    else
+      for (int64_t j = 0; j < r->len; j++)
+        x[j] = x_bf16 ? mtf_float_from_bf16(((const mtf_bf16 *)a->in[0])[b + j * s]) : ((const float *)a->in[0])[b + j * s];
+    xent_row(st, a, r, row, x, 1, o, a->out);
+    if (!writes) continue;
+    if (o_bf16 && s == 1) {
+      mtf_cpu_round(o, (mtf_bf16 *)a->out + b, r->len);
+      continue;
+    }
+    for (int64_t j = 0; j < r->len; j++) {
+      if (o_bf16) ((mtf_bf16 *)a->out)[b + j * s] = mtf_bf16_from_float(o[j]);
+      else ((float *)a->out)[b + j * s] = o[j];
     }
   }
+  free(x);
+  return MTF_OK;
 }
 
 static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   (void)b;
   if (st->phase == MTF_PHASE_SUM) return MTF_ERR_INVALID;
   mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
+  if (st->in_dtype[0] == MTF_BF16 || st->out_dtype == MTF_BF16) return xent_rows_bf16(st, a, &r);
   if (r.inner == 1)
     xent_rows(st, a, &r, 1);
   else
@@ -230,18 +266,44 @@ static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 
 /* ---- gelu: dy * gelu'(x), the tanh form (as the unary GELU_GRAD) ---- */
 typedef struct gelu_grad_args {
-  const float *x, *dy;
-  float *out;
+  const void *x, *dy;
+  void *out;
+  int x_bf16, dy_bf16, out_bf16; /* bf16-stored activations (lower/storage.c): fp32 math on blocks */
 } gelu_grad_args;
 
 static void gelu_grad_chunk(void *ctx, int64_t lo, int64_t hi) {
   const gelu_grad_args *g = ctx;
-  for (int64_t i = lo; i < hi; i++) g->out[i] = g->dy[i] * mtf_gelu_gradf(g->x[i]);
+  if (!g->x_bf16 && !g->dy_bf16 && !g->out_bf16) {
+    const float *x = g->x, *dy = g->dy;
+    float *out = g->out;
+    for (int64_t i = lo; i < hi; i++) out[i] = dy[i] * mtf_gelu_gradf(x[i]);
+    return;
+  }
+  float xb[MTF_CPU_BF16_BLOCK], db[MTF_CPU_BF16_BLOCK], yb[MTF_CPU_BF16_BLOCK];
+  for (int64_t b = lo; b < hi; b += MTF_CPU_BF16_BLOCK) {
+    int64_t n = hi - b < MTF_CPU_BF16_BLOCK ? hi - b : MTF_CPU_BF16_BLOCK;
+    const float *x = (const float *)g->x + b, *dy = (const float *)g->dy + b;
+    if (g->x_bf16) {
+      mtf_cpu_widen((const mtf_bf16 *)g->x + b, xb, n);
+      x = xb;
+    }
+    if (g->dy_bf16) {
+      mtf_cpu_widen((const mtf_bf16 *)g->dy + b, db, n);
+      dy = db;
+    }
+    float *y = g->out_bf16 ? yb : (float *)g->out + b;
+    if (g->x_bf16) /* a bf16 argument: the cheaper form (fastmath.h) */
+      for (int64_t i = 0; i < n; i++) y[i] = dy[i] * mtf_gelu_grad_sigmoid_formf(x[i]);
+    else
+      for (int64_t i = 0; i < n; i++) y[i] = dy[i] * mtf_gelu_gradf(x[i]);
+    if (g->out_bf16) mtf_cpu_round(yb, (mtf_bf16 *)g->out + b, n);
+  }
 }
 
 static int k_gelu_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   int64_t n = mtf_shape_num_elements(&st->out_shape);
-  gelu_grad_args g = {a->in[0], a->in[1], a->out};
+  gelu_grad_args g = {a->in[0], a->in[1], a->out, st->in_dtype[0] == MTF_BF16, st->in_dtype[1] == MTF_BF16,
+                      st->out_dtype == MTF_BF16};
   mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, n), n, gelu_grad_chunk, &g);
   return MTF_OK;
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 #include "exec/cpu/fastmath.h"
 #include "exec/cpu/parallel.h"
@@ -15,6 +16,7 @@ typedef struct walk_job {
   mtf_walk w;
   const float *in[2];
   float *out;
+  mtf_bf16 *out_bf16; /* instead of out: a bf16-stored result (lower/storage.c), fp32 math */
   int kind;
   float value;
 } walk_job;
@@ -88,19 +90,36 @@ static void binary_segment(mtf_binary_kind kind, int64_t n, const float *x, int6
   }
 }
 
+/* The same segment rounded into bfloat16, a block at a time. */
+static void binary_segment_bf16(mtf_binary_kind kind, int64_t n, const float *x, int64_t sx, const float *y,
+                                int64_t sy, mtf_bf16 *d) {
+  float block[MTF_CPU_BF16_BLOCK];
+  for (int64_t i = 0; i < n; i += MTF_CPU_BF16_BLOCK) {
+    int64_t m = n - i < MTF_CPU_BF16_BLOCK ? n - i : MTF_CPU_BF16_BLOCK;
+    binary_segment(kind, m, x + i * sx, sx, y + i * sy, sy, block);
+    mtf_cpu_round(block, d + i, m);
+  }
+}
+
 static void binary_chunk(void *p, int64_t lo, int64_t hi) {
   walk_job *job = p;
   mtf_walk t = job->w;
   int64_t sa = t.strides[0][t.rank - 1], sb = t.strides[1][t.rank - 1];
+  if (job->out_bf16) {
+    MTF_WALK_SEGMENTS(t, lo, hi,
+                      binary_segment_bf16((mtf_binary_kind)job->kind, len, job->in[0] + t.offset[0] + col * sa, sa,
+                                          job->in[1] + t.offset[1] + col * sb, sb, job->out_bf16 + e));
+    return;
+  }
   MTF_WALK_SEGMENTS(t, lo, hi,
                     binary_segment((mtf_binary_kind)job->kind, len, job->in[0] + t.offset[0] + col * sa, sa,
                                    job->in[1] + t.offset[1] + col * sb, sb, job->out + e));
 }
 
 static void binary(int threads, int kind, const mtf_shape *a_shape, const float *a, const mtf_shape *b_shape,
-                   const float *b, const mtf_shape *out_shape, float *out) {
+                   const float *b, const mtf_shape *out_shape, void *out, int out_bf16) {
   const mtf_shape *ops[2] = {a_shape, b_shape};
-  walk_job job = {.in = {a, b}, .out = out, .kind = kind};
+  walk_job job = {.in = {a, b}, .out = out_bf16 ? NULL : out, .out_bf16 = out_bf16 ? out : NULL, .kind = kind};
   mtf_walk_init(&job.w, out_shape, 2, ops);
   mtf_walk_coalesce(&job.w);
   int64_t total = job.w.rows * job.w.inner;
@@ -138,17 +157,38 @@ static void unary_range(mtf_unary_kind kind, float alpha, float beta, int64_t n,
 typedef struct unary_job {
   int kind;
   float alpha, beta;
-  const float *in;
-  float *out;
+  const void *in;
+  void *out;
+  int in_bf16, out_bf16; /* bf16-stored activations (lower/storage.c): fp32 math on blocks */
 } unary_job;
 
 static void unary_chunk(void *p, int64_t lo, int64_t hi) {
   unary_job *job = p;
-  unary_range((mtf_unary_kind)job->kind, job->alpha, job->beta, hi - lo, job->in + lo, job->out + lo);
+  if (!job->in_bf16 && !job->out_bf16) {
+    unary_range((mtf_unary_kind)job->kind, job->alpha, job->beta, hi - lo, (const float *)job->in + lo,
+                (float *)job->out + lo);
+    return;
+  }
+  float x[MTF_CPU_BF16_BLOCK], y[MTF_CPU_BF16_BLOCK];
+  for (int64_t b = lo; b < hi; b += MTF_CPU_BF16_BLOCK) {
+    int64_t n = hi - b < MTF_CPU_BF16_BLOCK ? hi - b : MTF_CPU_BF16_BLOCK;
+    const float *in = (const float *)job->in + b;
+    if (job->in_bf16) {
+      mtf_cpu_widen((const mtf_bf16 *)job->in + b, x, n);
+      in = x;
+    }
+    float *out = job->out_bf16 ? y : (float *)job->out + b;
+    if (job->kind == MTF_UN_GELU && job->in_bf16) /* a bf16 argument: the cheaper form (fastmath.h) */
+      for (int64_t i = 0; i < n; i++) out[i] = mtf_gelu_sigmoid_formf(in[i]);
+    else
+      unary_range((mtf_unary_kind)job->kind, job->alpha, job->beta, n, in, out);
+    if (job->out_bf16) mtf_cpu_round(y, (mtf_bf16 *)job->out + b, n);
+  }
 }
 
-static void unary(int threads, int kind, float alpha, float beta, int64_t n, const float *in, float *out) {
-  unary_job job = {kind, alpha, beta, in, out};
+static void unary(int threads, int kind, float alpha, float beta, int64_t n, const void *in, int in_bf16, void *out,
+                  int out_bf16) {
+  unary_job job = {kind, alpha, beta, in, out, in_bf16, out_bf16};
   mtf_cpu_parallel_for(mtf_cpu_threads(threads, n), n, unary_chunk, &job);
 }
 
@@ -277,13 +317,14 @@ static int k_reduce_max(mtf_backend *b, const mtf_step *st, const mtf_kernel_arg
 
 static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   binary(b->threads, st->params.binary.fn, &st->in_shape[0], CF(a->in[0]), &st->in_shape[1], CF(a->in[1]),
-         &st->out_shape, F(a->out));
+         &st->out_shape, a->out, st->out_dtype == MTF_BF16);
   return MTF_OK;
 }
 
 static int k_unary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   unary(b->threads, st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta,
-        mtf_shape_num_elements(&st->out_shape), CF(a->in[0]), F(a->out));
+        mtf_shape_num_elements(&st->out_shape), a->in[0], st->in_dtype[0] == MTF_BF16, a->out,
+        st->out_dtype == MTF_BF16);
   return MTF_OK;
 }
 
