@@ -528,6 +528,7 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     mtf_step s = mtf_lw_one_input_step(MTF_STEP_COPY, variable, p->value_buffer[value], &local, p->value_buffer[variable], &local);
     rc = mtf_lw_add_step(&lw, &s);
   }
+  if (rc == MTF_OK) mtf_lw_overwrite_inputs(&lw);
   free(lw.pending);
   free(lw.dtype);
   if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes,

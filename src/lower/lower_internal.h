@@ -18,6 +18,8 @@ struct mtf_lowering {
 /* Chooses lw->dtype: each node's own dtype, except that with `bf16_storage` (mtf_plan_options) the values the
  * kernels may write and read as bfloat16 are stored so (storage.c). Call after the needed nodes are marked. */
 int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, const int *fetches);
+/* Kernel steps of ops with overwrites_input write their value over a dying input 0 (overwrite.c). */
+void mtf_lw_overwrite_inputs(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

@@ -9,7 +9,6 @@
  *     an op under the policy whose kernels read that input as bfloat16 (op table: reads_bf16),
  *   - and it is not fetched, assigned or a source.
  * Lowering may still keep one float32 (mtf_lw_keep_float): a value left as partial sums is summed in fp32. */
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "lower/lower_internal.h"
@@ -52,12 +51,6 @@ int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, cons
       lw->dtype[i] = MTF_BF16;
   }
   for (int i = 0; i < count; i++) lw->plan->stats.bf16_values += lw->dtype[i] == MTF_BF16 && g->nodes[i].dtype == MTF_F32;
-  if (getenv("MTF_DEBUG_STORAGE"))
-    for (int i = 0; i < count; i++)
-      if (needed[i] && g->nodes[i].bf16_policy && g->nodes[i].dtype == MTF_F32)
-        fprintf(stderr, "storage %-5s %-28s %-24s readers %d elements %lld\n", lw->dtype[i] == MTF_BF16 ? "bf16" : "f32",
-                g->nodes[i].name, mtf_op(g->nodes[i].kind)->name, readers[i],
-                (long long)mtf_shape_num_elements(&g->nodes[i].shape));
   free(readers);
   return MTF_OK;
 }

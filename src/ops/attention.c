@@ -462,10 +462,10 @@ static int64_t take_flops(const mtf_step *s) { (void)s; return 0; }
 
 const mtf_op_def mtf_op_attention = {"causal_attention", MTF_DIM_NONE, attention_infer, attention_gradient,
                                      attention_lower, attention_flops, attention_scratch, attention_reference, 0,
-                                     attention_reads_bf16, 0};
+                                     attention_reads_bf16, 0, 0};
 /* No gradient: the backward pass is not differentiated again. */
 const mtf_op_def mtf_op_attention_grad = {"causal_attention_grad", MTF_DIM_NONE, attention_infer, NULL, attention_lower,
                                           attention_grad_flops, attention_scratch, attention_grad_reference, 0,
-                                          attention_reads_bf16, 0};
+                                          attention_reads_bf16, 0, 0};
 const mtf_op_def mtf_op_take = {"take", MTF_DIM_NONE, take_infer, take_gradient, take_lower, take_flops, NULL,
-                                take_reference, 0, 0, 1};
+                                take_reference, 0, 0, 1, 0};

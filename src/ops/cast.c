@@ -72,4 +72,4 @@ static void cast_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_cast = {"cast", MTF_DIM_NONE, cast_infer, cast_gradient, cast_lower, mtf_op_flops_elements,
-                                NULL, cast_reference, 1, 0, 0};
+                                NULL, cast_reference, 1, 0, 0, 0};

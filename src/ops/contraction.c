@@ -169,7 +169,7 @@ static void reduction_reference(const mtf_ref_args *a, int is_max) {
 static void einsum_reference(const mtf_ref_args *a) { reduction_reference(a, 0); }
 
 const mtf_op_def mtf_op_einsum = {"einsum", MTF_DIM_NONE, einsum_infer, einsum_gradient, einsum_lower, einsum_flops, einsum_scratch,
-                                  einsum_reference, 1, 0, 1};
+                                  einsum_reference, 1, 0, 1, 0};
 
 static int reduce_max_infer(mtf_graph *g, mtf_node *n) {
   if (!mtf_op_float_inputs(g, n, 0, 0)) return g->error.code;
@@ -192,4 +192,4 @@ static int reduce_max_lower(mtf_lowering *lw, int node) {
 static void reduce_max_reference(const mtf_ref_args *a) { reduction_reference(a, 1); }
 
 const mtf_op_def mtf_op_reduce_max = {"reduce_max", MTF_DIM_NONE, reduce_max_infer, reduce_max_gradient, reduce_max_lower,
-                                      mtf_op_flops_elements, NULL, reduce_max_reference, 0, 0, 0};
+                                      mtf_op_flops_elements, NULL, reduce_max_reference, 0, 0, 0, 0};

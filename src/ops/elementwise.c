@@ -114,7 +114,7 @@ static int unary_reads_bf16(const mtf_node *n, int k) {
 }
 
 const mtf_op_def mtf_op_unary = {"unary", MTF_DIM_NONE, same_shape_infer, unary_gradient, unary_lower, mtf_op_flops_elements, NULL,
-                                 unary_reference, 0, unary_reads_bf16, 1};
+                                 unary_reference, 0, unary_reads_bf16, 1, 0};
 
 /* ---- binary ---- */
 mtf_tensor mtf_binary(mtf_graph *g, mtf_tensor x, mtf_tensor y, mtf_binary_kind kind) {
@@ -209,7 +209,7 @@ static void binary_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_binary = {"binary", MTF_DIM_NONE, union_infer, binary_gradient, binary_lower, mtf_op_flops_elements, NULL,
-                                  binary_reference, 0, 0, 1};
+                                  binary_reference, 0, 0, 1, 0};
 
 /* ---- masked fill ---- */
 mtf_tensor mtf_masked_fill(mtf_graph *g, mtf_tensor x, mtf_tensor mask, float fill) {
@@ -258,7 +258,7 @@ static void masked_fill_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_masked_fill = {"masked_fill", MTF_DIM_NONE, masked_fill_infer, masked_fill_gradient, local_lower,
-                                       mtf_op_flops_elements, NULL, masked_fill_reference, 0, 0, 0};
+                                       mtf_op_flops_elements, NULL, masked_fill_reference, 0, 0, 0, 0};
 
 /* ---- constants, ranges, broadcasts, random masks ---- */
 static int source_infer(mtf_graph *g, mtf_node *n) {
@@ -272,14 +272,14 @@ static void constant_reference(const mtf_ref_args *a) {
   for (int64_t e = 0; e < n; e++) a->out[e] = a->n->params.constant.value;
 }
 
-const mtf_op_def mtf_op_constant = {"constant", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, constant_reference, 0, 0, 0};
+const mtf_op_def mtf_op_constant = {"constant", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, constant_reference, 0, 0, 0, 0};
 
 static void range_reference(const mtf_ref_args *a) {
   int64_t n = mtf_shape_num_elements(&a->n->shape);
   for (int64_t e = 0; e < n; e++) a->out[e] = (double)e;
 }
 
-const mtf_op_def mtf_op_range = {"range", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, range_reference, 0, 0, 0};
+const mtf_op_def mtf_op_range = {"range", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, range_reference, 0, 0, 0, 0};
 
 mtf_tensor mtf_broadcast(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
   return mtf_graph_add_op(g, MTF_OP_BROADCAST, 1, &x, NULL, output_shape);
@@ -304,7 +304,7 @@ static void broadcast_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_broadcast = {"broadcast", MTF_DIM_NONE, broadcast_infer, broadcast_gradient, local_lower, mtf_op_flops_elements, NULL,
-                                     broadcast_reference, 0, 0, 0};
+                                     broadcast_reference, 0, 0, 0, 0};
 
 mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uint64_t key) {
   mtf_op_params p = {.random = {keep, key}};
@@ -317,7 +317,7 @@ static void random_reference(const mtf_ref_args *a) {
     a->out[e] = mtf_uniform01(a->g->seed, a->n->params.random.key, (uint64_t)e) < (double)a->n->params.random.keep;
 }
 
-const mtf_op_def mtf_op_random_keep = {"random", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, random_reference, 0, 0, 0};
+const mtf_op_def mtf_op_random_keep = {"random", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, random_reference, 0, 0, 0, 0};
 
 mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key) {
   if (!mtf_graph_check(g, x, "dropout")) return MTF_NO_TENSOR;

@@ -104,6 +104,6 @@ static void gather_reference(const mtf_ref_args *a) { embedding_reference(a, 0);
 static void scatter_reference(const mtf_ref_args *a) { embedding_reference(a, 1); }
 
 const mtf_op_def mtf_op_gather = {"gather", MTF_DIM_IN_INPUT, gather_infer, gather_gradient, reduction_lower,
-                                  mtf_op_flops_elements, NULL, gather_reference, 0, 0, 0};
+                                  mtf_op_flops_elements, NULL, gather_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_scatter_add = {"scatter_add", MTF_DIM_IN_OUTPUT, scatter_infer, scatter_gradient,
-                                       reduction_lower, mtf_op_flops_elements, NULL, scatter_reference, 0, 0, 0};
+                                       reduction_lower, mtf_op_flops_elements, NULL, scatter_reference, 0, 0, 0, 0};

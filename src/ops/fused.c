@@ -248,12 +248,12 @@ static void xent_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_softmax = {"softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
-                                   fused_flops, NULL, softmax_reference, 0, 0, 0};
+                                   fused_flops, NULL, softmax_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_log_softmax = {"log_softmax", MTF_DIM_IN_INPUT, along_infer, softmax_gradient, phased_lower,
-                                       fused_flops, NULL, softmax_reference, 0, 0, 0};
+                                       fused_flops, NULL, softmax_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_layer_norm = {"layer_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
-                                      fused_flops, NULL, norm_reference, 0, 0, 1};
+                                      fused_flops, NULL, norm_reference, 0, 0, 1, 0};
 const mtf_op_def mtf_op_rms_norm = {"rms_norm", MTF_DIM_IN_INPUT, along_infer, norm_gradient, phased_lower,
-                                    fused_flops, NULL, norm_reference, 0, 0, 1};
+                                    fused_flops, NULL, norm_reference, 0, 0, 1, 0};
 const mtf_op_def mtf_op_softmax_xent = {"softmax_cross_entropy", MTF_DIM_IN_INPUT, xent_infer, xent_gradient,
-                                        phased_lower, fused_flops, NULL, xent_reference, 0, mtf_op_reads_first_bf16, 0};
+                                        phased_lower, fused_flops, NULL, xent_reference, 0, mtf_op_reads_first_bf16, 0, 0};

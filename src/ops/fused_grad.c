@@ -356,16 +356,16 @@ static void gelu_grad_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_softmax_grad = {"softmax_grad", MTF_DIM_IN_INPUT, pair_infer, softmax_grad_gradient,
-                                        grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0};
+                                        grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_log_softmax_grad = {"log_softmax_grad", MTF_DIM_IN_INPUT, pair_infer, log_softmax_grad_gradient,
-                                            grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0};
+                                            grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_layer_norm_grad = {"layer_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                           grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0};
+                                           grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_rms_norm_grad = {"rms_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                         grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0};
+                                         grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_softmax_xent_grad = {"softmax_cross_entropy_grad", MTF_DIM_IN_INPUT, xent_grad_infer,
                                              xent_grad_gradient, grad_lower, xent_grad_flops, NULL,
-                                             xent_grad_reference, 0, mtf_op_reads_first_bf16, 1};
+                                             xent_grad_reference, 0, mtf_op_reads_first_bf16, 1, 1};
 /* x, a product's result, and dy, the gradient a product computed (as autocast's backward products give it) */
 static int gelu_grad_reads_bf16(const mtf_node *n, int k) {
   (void)n;
@@ -373,4 +373,4 @@ static int gelu_grad_reads_bf16(const mtf_node *n, int k) {
 }
 
 const mtf_op_def mtf_op_gelu_grad = {"gelu_grad", MTF_DIM_NONE, pair_infer, gelu_grad_gradient, grad_lower,
-                                     gelu_grad_flops, NULL, gelu_grad_reference, 0, gelu_grad_reads_bf16, 1};
+                                     gelu_grad_flops, NULL, gelu_grad_reference, 0, gelu_grad_reads_bf16, 1, 1};

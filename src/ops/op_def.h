@@ -16,7 +16,10 @@
  *              in_dtype; NULL: no input), for the inputs where that costs nothing a bf16 product would not
  *              (attention's q, k, v, the logits, an activation function's argument, never a sine's angle),
  *              and whether the kernels also write the value as bfloat16 (step out_dtype), with fp32 math
- *              either way. Every backend that enables bf16_storage implements them. */
+ *              either way. Every backend that enables bf16_storage implements them.
+ *   overwrites_input  1 where every backend's kernel stays right when its output is its input 0's buffer (each
+ *              element read before it is written): the plan then writes the value over input 0 where that is
+ *              the input's last read (lower/overwrite.c). */
 #ifndef MTF_OPS_OP_DEF_H
 #define MTF_OPS_OP_DEF_H
 
@@ -60,6 +63,7 @@ typedef struct mtf_op_def {
   int takes_bf16;
   int (*reads_bf16)(const mtf_node *n, int k);
   int bf16_output;
+  int overwrites_input; /* the kernels may write the value over input 0 (same size and dtype, read by nothing after) */
 } mtf_op_def;
 
 /* reads_bf16 of the ops that read their first input so (the logits, gelu's argument). */

@@ -89,7 +89,7 @@ static void moving_average_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_moving_average = {"moving_average", MTF_DIM_NONE, moving_average_infer, no_gradient, in_place_lower,
-                                          moving_average_flops, NULL, moving_average_reference, 0, 0, 0};
+                                          moving_average_flops, NULL, moving_average_reference, 0, 0, 0, 0};
 
 /* ---- adam_update ---- */
 
@@ -136,4 +136,4 @@ static void adam_update_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_adam_update = {"adam_update", MTF_DIM_NONE, adam_update_infer, no_gradient, in_place_lower,
-                                       adam_update_flops, NULL, adam_update_reference, 0, 0, 0};
+                                       adam_update_flops, NULL, adam_update_reference, 0, 0, 0, 0};

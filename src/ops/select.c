@@ -323,13 +323,13 @@ static void copy_reference(const mtf_ref_args *a) {
 /* named_dim: the split phases' kernels need their slice's global offset along the dim (params.top_k.dim
  * and params.scan.dim are where params.along.dim is). */
 const mtf_op_def mtf_op_top_k = {"top_k", MTF_DIM_IN_INPUT, select_infer, top_k_gradient, select_lower, input_flops, NULL,
-                                 select_reference, 0, 0, 0};
+                                 select_reference, 0, 0, 0, 0};
 /* Positions are piecewise constant: no gradient flows (the entry has none). */
 const mtf_op_def mtf_op_top_k_indices = {"top_k_indices", MTF_DIM_IN_INPUT, select_infer, NULL, select_lower, input_flops,
-                                         NULL, select_reference, 0, 0, 0};
+                                         NULL, select_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_cumsum = {"cumsum", MTF_DIM_IN_INPUT, scan_infer, scan_gradient, scan_lower, input_flops, NULL,
-                                  scan_reference, 0, 0, 0};
+                                  scan_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_where = {"where", MTF_DIM_NONE, where_infer, where_gradient, local_lower, mtf_op_flops_elements,
-                                 NULL, where_reference, 0, 0, 0};
+                                 NULL, where_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_to_float = {"to_float", MTF_DIM_NONE, to_float_infer, NULL, local_lower, NULL, NULL,
-                                    copy_reference, 0, 0, 0};
+                                    copy_reference, 0, 0, 0, 0};

@@ -15,14 +15,14 @@ static void input_reference(const mtf_ref_args *a) {
   memcpy(a->out, a->given, sizeof(double) * (size_t)mtf_shape_num_elements(&a->n->shape));
 }
 
-const mtf_op_def mtf_op_input = {"input", MTF_DIM_NONE, input_infer, NULL, mtf_lower_source, NULL, NULL, input_reference, 0, 0, 0};
+const mtf_op_def mtf_op_input = {"input", MTF_DIM_NONE, input_infer, NULL, mtf_lower_source, NULL, NULL, input_reference, 0, 0, 0, 0};
 
 static void variable_reference(const mtf_ref_args *a) {
   int64_t total = mtf_shape_num_elements(&a->n->shape);
   for (int64_t e = 0; e < total; e++) a->out[e] = a->given ? a->given[e] : mtf_variable_value(a->g, a->n, e);
 }
 
-const mtf_op_def mtf_op_variable = {"variable", MTF_DIM_NONE, input_infer, NULL, mtf_lower_source, NULL, NULL, variable_reference, 0, 0, 0};
+const mtf_op_def mtf_op_variable = {"variable", MTF_DIM_NONE, input_infer, NULL, mtf_lower_source, NULL, NULL, variable_reference, 0, 0, 0, 0};
 
 mtf_tensor mtf_reshape(mtf_graph *g, mtf_tensor x, const mtf_shape *new_shape) {
   return mtf_graph_add_op(g, MTF_OP_RESHAPE, 1, &x, NULL, new_shape);
@@ -49,7 +49,7 @@ static void copy_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_reshape = {"reshape", MTF_DIM_NONE, reshape_infer, reshape_gradient, mtf_lower_reshape, NULL, NULL,
-                                   copy_reference, 1, 0, 0};
+                                   copy_reference, 1, 0, 0, 0};
 
 mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x) {
   return mtf_graph_add_op(g, MTF_OP_STOP_GRADIENT, 1, &x, NULL, NULL);
@@ -63,7 +63,7 @@ static int same_infer(mtf_graph *g, mtf_node *n) {
 
 /* No gradient flows through: the entry has none. */
 const mtf_op_def mtf_op_stop_gradient = {"stop_gradient", MTF_DIM_NONE, same_infer, NULL, mtf_lower_alias, NULL, NULL,
-                                         copy_reference, 1, 0, 0};
+                                         copy_reference, 1, 0, 0, 0};
 
 mtf_tensor mtf_one_hot(mtf_graph *g, mtf_tensor indices, const mtf_dim *dim) {
   if (!mtf_graph_check(g, indices, "one_hot")) return MTF_NO_TENSOR;
@@ -94,4 +94,4 @@ static void one_hot_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_one_hot = {"one_hot", MTF_DIM_IN_OUTPUT, one_hot_infer, NULL, one_hot_lower, mtf_op_flops_elements, NULL,
-                                   one_hot_reference, 0, 0, 0};
+                                   one_hot_reference, 0, 0, 0, 0};

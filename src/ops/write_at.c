@@ -82,4 +82,4 @@ static void write_at_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_write_at = {"write_at", MTF_DIM_IN_INPUT, write_at_infer, write_at_gradient, write_at_lower,
-                                    NULL, NULL, write_at_reference, 0, 0, 0};
+                                    NULL, NULL, write_at_reference, 0, 0, 0, 0};
