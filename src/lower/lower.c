@@ -335,11 +335,20 @@ static int in_place_target(lowering *lw, int node, int var) {
     assigned = 1;
   }
   if (!assigned) return 0;
-  for (int f = 0; f < p->n_fetches; f++)
-    if (p->fetch_nodes[f] == var) return 0;
-  for (int j = node + 1; j < g->n_nodes; j++)
-    for (int k = 0; p->needed[j] && k < g->nodes[j].n_inputs; k++)
-      if (g->nodes[j].inputs[k] == var) return 0;
+  /* The old value's readers: var, and nodes lowered before node that alias its buffer (stop_gradient, a
+   * reshape that moves nothing). */
+  int buffer = p->value_buffer[var];
+  char *old = calloc((size_t)g->n_nodes + 1, 1);
+  if (!old) return 0;
+  for (int j = 0; j < node; j++) old[j] = p->needed[j] && p->value_buffer[j] == buffer;
+  old[var] = 1;
+  int later_reader = 0;
+  for (int f = 0; f < p->n_fetches; f++) later_reader |= old[p->fetch_nodes[f]];
+  for (int a = lw->first_assign; a < lw->end_assign; a++) later_reader |= old[g->assigns[a].value];
+  for (int j = node + 1; j < g->n_nodes && !later_reader; j++)
+    for (int k = 0; p->needed[j] && k < g->nodes[j].n_inputs; k++) later_reader |= old[g->nodes[j].inputs[k]];
+  free(old);
+  if (later_reader) return 0;
   mtf_shape mine = mtf_lw_local_shape(p, node), its = mtf_lw_local_shape(p, var);
   return mtf_shape_equal(&mine, &its) && lw->dtype[node] == lw->dtype[var] && !lw->pending[p->value_buffer[var]];
 }

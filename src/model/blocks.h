@@ -36,8 +36,9 @@ mtf_tensor mtf_model_feed_forward(mtf_model_builder *b, mtf_tensor x, const char
 
 /* Tied output logits, h wte d_model^-0.5, into `shape` (h's dims with vocab for d_model). Under the bf16 policy
  * the scale goes onto h (d_model values per position) before the product rather than onto the logits (vocab
- * values): a power of two for the usual widths, so the bf16 operand is the same, and two passes over the
- * largest activation (forward and gradient) fewer. fp32 keeps the scale on the logits, as it always had. */
+ * values): two passes over the largest activation (forward and gradient) fewer. The bf16 operand is then
+ * round(h s) rather than round(h) s: the same where s is a power of two (d_model a power of 4: 256, 1024),
+ * one rounding apart otherwise. fp32 keeps the scale on the logits, as it always had. */
 mtf_tensor mtf_model_tied_logits(mtf_model_builder *b, mtf_tensor h, mtf_tensor wte, const mtf_shape *shape);
 
 /* model.position relative_bias: the stack's shared T5 table `name` [heads, relative_buckets] looked up at each

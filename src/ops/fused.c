@@ -164,7 +164,8 @@ static int phased_lower(mtf_lowering *lw, int node) {
   if (xent) {
     int apply_in[2] = {first, stats};
     mtf_shape apply_shapes[2] = {rows, pair};
-    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, types, &out_shape, &out));
+    const mtf_dtype apply_types[2] = {MTF_F32, MTF_F32}; /* the row max and the statistics */
+    MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 2, apply_in, apply_shapes, apply_types, &out_shape, &out));
   } else if (rms) {
     int apply_in[2] = {x, stats};
     mtf_shape apply_shapes[2] = {xs, rows};

@@ -208,21 +208,37 @@ static void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_row
   xent_row_at(st, a, a->in[0], r, row, row, r->count, out);
 }
 
-/* bf16-stored logits (lower/storage.c): each row widened into fp32 first. */
-static int xent_rows_bf16(const mtf_step *st, const mtf_kernel_args *a) {
-  mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
-  mtf_rows one = {1, r.len, 1, 1}; /* one contiguous row */
-  float *x = malloc(sizeof(float) * (size_t)(r.len + 1));
-  if (!x) return MTF_ERR_NOMEM;
-  for (int64_t row = 0; row < r.count; row++) {
-    const mtf_bf16 *p = (const mtf_bf16 *)a->in[0] + mtf_row_base(&r, row);
-    if (r.inner == 1) mtf_cpu_widen(p, x, r.len);
+/* bf16-stored logits (lower/storage.c): each row widened into fp32 first, rows split over the threads. */
+typedef struct xent_bf16_job {
+  const mtf_step *st;
+  const mtf_kernel_args *a;
+  mtf_rows r;
+  int failed;
+} xent_bf16_job;
+
+static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
+  xent_bf16_job *job = ctx;
+  const mtf_rows *r = &job->r;
+  mtf_rows one = {1, r->len, 1, 1}; /* one contiguous row */
+  float *x = malloc(sizeof(float) * (size_t)(r->len + 1));
+  if (!x) {
+    job->failed = 1;
+    return;
+  }
+  for (int64_t row = lo; row < hi; row++) {
+    const mtf_bf16 *p = (const mtf_bf16 *)job->a->in[0] + mtf_row_base(r, row);
+    if (r->inner == 1) mtf_cpu_widen(p, x, r->len);
     else
-      for (int64_t j = 0; j < r.len; j++) x[j] = mtf_float_from_bf16(p[j * r.inner]);
-    xent_row_at(st, a, x, &one, 0, row, r.count, a->out);
+      for (int64_t j = 0; j < r->len; j++) x[j] = mtf_float_from_bf16(p[j * r->inner]);
+    xent_row_at(job->st, job->a, x, &one, 0, row, r->count, job->a->out);
   }
   free(x);
-  return MTF_OK;
+}
+
+static int xent_rows_bf16(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  xent_bf16_job job = {st, a, mtf_rows_of(&st->in_shape[0], st->params.xent.dim), 0};
+  mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, job.r.count * job.r.len), job.r.count, xent_bf16_chunk, &job);
+  return job.failed ? MTF_ERR_NOMEM : MTF_OK;
 }
 
 static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
@@ -236,7 +252,7 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
                             smoothed ? stats[2 * count + row] : 0.0);
     return MTF_OK;
   }
-  if (st->in_dtype[0] == MTF_BF16) return xent_rows_bf16(st, a);
+  if (st->in_dtype[0] == MTF_BF16) return xent_rows_bf16(b, st, a);
   run_rows(b, st, a, st->params.xent.dim, xent_row);
   return MTF_OK;
 }

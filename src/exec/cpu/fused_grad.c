@@ -224,14 +224,29 @@ static inline void xent_rows(const mtf_step *st, const mtf_kernel_args *a, const
   }
 }
 
-/* bf16-stored logits or gradient (lower/storage.c): each row widened into fp32, computed there, rounded back. */
-static int xent_rows_bf16(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r) {
+/* bf16-stored logits or gradient (lower/storage.c): each row widened into fp32, computed there, rounded back;
+ * rows split over the threads. */
+typedef struct xent_bf16_job {
+  const mtf_step *st;
+  const mtf_kernel_args *a;
+  const mtf_rows *r;
+  int failed;
+} xent_bf16_job;
+
+static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
+  xent_bf16_job *job = ctx;
+  const mtf_step *st = job->st;
+  const mtf_kernel_args *a = job->a;
+  const mtf_rows *r = job->r;
   int x_bf16 = st->in_dtype[0] == MTF_BF16, writes = st->phase == MTF_PHASE_WHOLE || st->phase == MTF_PHASE_APPLY;
   int o_bf16 = writes && st->out_dtype == MTF_BF16;
   float *x = malloc(sizeof(float) * (size_t)(2 * r->len + 1)), *o = x + r->len;
-  if (!x) return MTF_ERR_NOMEM;
+  if (!x) {
+    job->failed = 1;
+    return;
+  }
   int64_t s = r->inner;
-  for (int64_t row = 0; row < r->count; row++) {
+  for (int64_t row = lo; row < hi; row++) {
     int64_t b = mtf_row_base(r, row);
     if (x_bf16 && s == 1) mtf_cpu_widen((const mtf_bf16 *)a->in[0] + b, x, r->len);
     else
@@ -249,14 +264,18 @@ static int xent_rows_bf16(const mtf_step *st, const mtf_kernel_args *a, const mt
     }
   }
   free(x);
-  return MTF_OK;
+}
+
+static int xent_rows_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r) {
+  xent_bf16_job job = {st, a, r, 0};
+  mtf_cpu_parallel_for(mtf_cpu_threads(be->threads, r->count * r->len), r->count, xent_bf16_chunk, &job);
+  return job.failed ? MTF_ERR_NOMEM : MTF_OK;
 }
 
 static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
   if (st->phase == MTF_PHASE_SUM) return MTF_ERR_INVALID;
   mtf_rows r = mtf_rows_of(&st->in_shape[0], st->params.xent.dim);
-  if (st->in_dtype[0] == MTF_BF16 || st->out_dtype == MTF_BF16) return xent_rows_bf16(st, a, &r);
+  if (st->in_dtype[0] == MTF_BF16 || st->out_dtype == MTF_BF16) return xent_rows_bf16(b, st, a, &r);
   if (r.inner == 1)
     xent_rows(st, a, &r, 1);
   else

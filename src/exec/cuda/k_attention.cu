@@ -13,9 +13,11 @@
  * Dropout (R: 0 or 1 / keep) is ops/attention.h's mask, recomputed from global indices per tile with
  * core/rng's hash: the forward pass sums kept and dropped probabilities into l and accumulates only the
  * kept ones, scaled, exactly as the CPU kernel.
- * Under the bf16 policy (params.attention.bf16) every product operand is rounded to bfloat16 where the CPU's
- * bf16 path (and the reference) round it: q, k, v, dO as loaded, the weights before P V and (P R)^T dO, and
- * scale dS before dS K and dS^T Q; sums stay fp32 (the tiles are CUDA-core products, not tensor cores yet). */
+ * Under the bf16 policy (params.attention.bf16) the product operands are rounded to bfloat16 as the CPU's bf16
+ * path (and the reference) round them: q, k, v, dO as loaded, (P R)^T dO's weights, scale dS before dS K and
+ * dS^T Q, and the weights of P V, which here are the online softmax's unnormalised ones (rounded before the
+ * division by l where the CPU rounds after it: within a bfloat16 rounding of it); sums stay fp32 (the tiles are
+ * CUDA-core products, not tensor cores yet). */
 #include "core/bf16.h"
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
