@@ -39,6 +39,22 @@ problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *
   return p;
 }
 
+mtf_cpu_attention_views mtf_cpu_attention_views_of(const mtf_step *st, const problem *p) {
+  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
+  int backward = st->op == MTF_OP_ATTENTION_GRAD;
+  mtf_cpu_attention_views v;
+  memset(&v, 0, sizeof v);
+  v.q = mtf_attention_view_make(&p->geo, &st->in_shape[0], qd, dd, NULL, 0);
+  v.k = mtf_attention_view_make(&p->geo, &st->in_shape[1], md, dd, NULL, 0);
+  for (int s = 0; s < 2; s++)
+    v.f[s] = mtf_attention_view_make(&p->geo, backward ? &st->in_shape[3] : &st->out_shape, qd, dd, MTF_ATTENTION_STACK, s);
+  for (int s = 0; s < 2 && backward; s++)
+    v.d[s] = mtf_attention_view_make(&p->geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
+  for (int s = 0; s < 3 && backward; s++)
+    v.g[s] = mtf_attention_view_make(&p->geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  return v;
+}
+
 void mtf_cpu_attention_drop_row(const problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n, float *row) {
   uint64_t at = base + (uint64_t)(i * p->L + j0);
   for (int64_t j = 0; j < n; j++)
@@ -112,11 +128,8 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
 static int k_attention(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->params.attention.bf16) return mtf_cpu_attention_bf16(be, st, a);
   problem p = mtf_cpu_attention_problem_of(st, a);
-  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
-  mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
-  mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
-  mtf_attention_view vo = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 0);
-  mtf_attention_view vl = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 1);
+  mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
+  const mtf_attention_view vq = v.q, vk = v.k, vo = v.f[0], vl = v.f[1];
   float *Q = a->scratch, *K = Q + p.L * p.D, *V = K + p.L * p.D, *acc = V + p.L * p.D, *S = acc + TILE * p.D;
   for (int64_t b = 0; b < p.geo.count; b++) {
     pack(&p, a->in[0], &vq, b, Q);
@@ -176,15 +189,8 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
 static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   if (st->params.attention.bf16) return mtf_cpu_attention_grad_bf16(be, st, a);
   problem p = mtf_cpu_attention_problem_of(st, a);
-  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
-  mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
-  mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
-  mtf_attention_view vf[2], vd[2], vg[3];
-  for (int s = 0; s < 2; s++) {
-    vf[s] = mtf_attention_view_make(&p.geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, s);
-    vd[s] = mtf_attention_view_make(&p.geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
-  }
-  for (int s = 0; s < 3; s++) vg[s] = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
+  const mtf_attention_view vq = v.q, vk = v.k, *vf = v.f, *vd = v.d, *vg = v.g;
   int64_t LD = p.L * p.D;
   float *base = a->scratch;
   grad_buffers w = {base, base + LD, base + 2 * LD, base + 3 * LD, base + 4 * LD, base + 5 * LD, base + 6 * LD,

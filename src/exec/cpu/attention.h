@@ -14,6 +14,14 @@ typedef struct mtf_cpu_attention_problem {
 } mtf_cpu_attention_problem;
 
 mtf_cpu_attention_problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *a);
+
+/* Where a step's operands live: q, k (v alike), F = [o | lse] (the forward step's output, the backward step's
+ * input 3), and for the backward step dF = [dO | dlse] and its output G = [dq | dk | dv]. */
+typedef struct mtf_cpu_attention_views {
+  mtf_attention_view q, k, f[2], d[2], g[3];
+} mtf_cpu_attention_views;
+
+mtf_cpu_attention_views mtf_cpu_attention_views_of(const mtf_step *st, const mtf_cpu_attention_problem *p);
 /* row[j] *= the dropout factor of weight (i, j0 + j), j < n (base: mtf_attention_mask_base of the problem). */
 void mtf_cpu_attention_drop_row(const mtf_cpu_attention_problem *p, uint64_t base, int64_t i, int64_t j0, int64_t n,
                                 float *row);

@@ -88,11 +88,8 @@ static float softmax_row(const problem *p, uint64_t mask_base, int64_t i, float 
 
 int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   problem p = mtf_cpu_attention_problem_of(st, a);
-  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
-  mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
-  mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
-  mtf_attention_view vo = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 0);
-  mtf_attention_view vl = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 1);
+  mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
+  const mtf_attention_view vq = v.q, vk = v.k, vo = v.f[0], vl = v.f[1];
   int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L);
   float *w = a->scratch, *out = a->out, scale = st->params.attention.scale;
   mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + words(L * D)), *V = (mtf_bf16 *)(w + 2 * words(L * D));
@@ -125,15 +122,8 @@ int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel
 /* Inputs q, k, v, F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv]. */
 int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   problem p = mtf_cpu_attention_problem_of(st, a);
-  const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
-  mtf_attention_view vq = mtf_attention_view_make(&p.geo, &st->in_shape[0], qd, dd, NULL, 0);
-  mtf_attention_view vk = mtf_attention_view_make(&p.geo, &st->in_shape[1], md, dd, NULL, 0);
-  mtf_attention_view vf[2], vd[2], vg[3];
-  for (int s = 0; s < 2; s++) {
-    vf[s] = mtf_attention_view_make(&p.geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, s);
-    vd[s] = mtf_attention_view_make(&p.geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
-  }
-  for (int s = 0; s < 3; s++) vg[s] = mtf_attention_view_make(&p.geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
+  const mtf_attention_view vq = v.q, vk = v.k, *vf = v.f, *vd = v.d, *vg = v.g;
   int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L), LD = L * D;
   float *w = a->scratch, scale = st->params.attention.scale;
   mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + words(LD)), *V = (mtf_bf16 *)(w + 2 * words(LD)),
