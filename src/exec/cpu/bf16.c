@@ -223,8 +223,6 @@ static int widened_einsum(mtf_backend *be, const mtf_step *st, const mtf_kernel_
   return rc;
 }
 
-static int float_result_of(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, float *out);
-
 /* The product into a float32 result: the scratch and a transpose for the orders oneDNN does not write, or
  * the widened operands. */
 static int float_result(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, const mtf_einsum_dims *d,
@@ -266,11 +264,6 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   return mtf_cpu_float_then_round(be, st, a, float_result_of);
 }
 
-int mtf_cpu_bf16_native(void) {
-  pthread_once(&path_once, choose_path);
-  return native;
-}
-
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
                          const void *a, const void *b, float *c) {
   pthread_once(&path_once, choose_path);
@@ -290,18 +283,7 @@ int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_tra
 }
 
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads) {
-  pthread_once(&path_once, choose_path);
-  if (native) {
-    product_key key = {1, m, n, k, 0, 0, 0, threads};
-    return onednn_product(threads, &key, a, b, c);
-  }
-  float *x = widened(threads, a, m * k), *y = widened(threads, b, k * n);
-  if (x && y)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, y, (int)n, 0.0f,
-                c, (int)n);
-  free(x);
-  free(y);
-  return x && y ? MTF_OK : MTF_ERR_NOMEM;
+  return mtf_cpu_bf16_product(threads, m, n, k, 0, 0, a, b, c);
 }
 
 int mtf_cpu_float_then_round(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a,

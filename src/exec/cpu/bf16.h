@@ -11,6 +11,12 @@
 static inline void mtf_cpu_widen(const mtf_bf16 *in, float *out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = mtf_float_from_bf16(in[i]);
 }
+/* n values `stride` apart (a fused op's row) into out, contiguous */
+static inline void mtf_cpu_widen_row(const mtf_bf16 *in, int64_t stride, float *out, int64_t n) {
+  if (stride == 1) mtf_cpu_widen(in, out, n);
+  else
+    for (int64_t i = 0; i < n; i++) out[i] = mtf_float_from_bf16(in[i * stride]);
+}
 static inline void mtf_cpu_round(const float *in, mtf_bf16 *out, int64_t n) {
   for (int64_t i = 0; i < n; i++) out[i] = mtf_bf16_from_float(in[i]);
 }
@@ -23,8 +29,6 @@ void mtf_cpu_cast(int threads, const void *in, mtf_dtype from, void *out, mtf_dt
 int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a);
 /* The float32 two-operand einsum (einsum.c), which the conversion path runs on widened operands. */
 int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const float *b, float *out, float *scratch);
-/* Whether oneDNN runs bfloat16 products on this CPU (not under MTF_CPU_BF16=convert). */
-int mtf_cpu_bf16_native(void);
 /* c [m, n] (fp32, row-major) = a [m, k] b [k, n] of bfloat16 operands, row-major, or stored transposed ([k, m],
  * [n, k]) where a_transposed, b_transposed: on oneDNN, or widened to fp32 for sgemm on the conversion path. */
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,

@@ -227,9 +227,7 @@ static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
   }
   for (int64_t row = lo; row < hi; row++) {
     const mtf_bf16 *p = (const mtf_bf16 *)job->a->in[0] + mtf_row_base(r, row);
-    if (r->inner == 1) mtf_cpu_widen(p, x, r->len);
-    else
-      for (int64_t j = 0; j < r->len; j++) x[j] = mtf_float_from_bf16(p[j * r->inner]);
+    mtf_cpu_widen_row(p, r->inner, x, r->len);
     xent_row_at(job->st, job->a, x, &one, 0, row, r->count, job->a->out);
   }
   free(x);

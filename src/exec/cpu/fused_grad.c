@@ -248,10 +248,9 @@ static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
   int64_t s = r->inner;
   for (int64_t row = lo; row < hi; row++) {
     int64_t b = mtf_row_base(r, row);
-    if (x_bf16 && s == 1) mtf_cpu_widen((const mtf_bf16 *)a->in[0] + b, x, r->len);
+    if (x_bf16) mtf_cpu_widen_row((const mtf_bf16 *)a->in[0] + b, s, x, r->len);
     else
-      for (int64_t j = 0; j < r->len; j++)
-        x[j] = x_bf16 ? mtf_float_from_bf16(((const mtf_bf16 *)a->in[0])[b + j * s]) : ((const float *)a->in[0])[b + j * s];
+      for (int64_t j = 0; j < r->len; j++) x[j] = ((const float *)a->in[0])[b + j * s];
     xent_row(st, a, r, row, x, 1, o, a->out);
     if (!writes) continue;
     if (o_bf16 && s == 1) {
