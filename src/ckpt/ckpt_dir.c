@@ -158,7 +158,10 @@ int mtf_ckpt_dir_commit(const char *dir, const char *name, mtf_error *err) {
   FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (fd >= 0 && !f) close(fd);
   int ok = f && fprintf(f, "%s\n", name) > 0;
-  if (f) ok = (fflush(f) == 0) & (fsync(fileno(f)) == 0) & (fclose(f) == 0) & ok;
+  if (f) { /* each step runs whatever the one before gave (the file is closed in every case) */
+    int flushed = fflush(f) == 0, synced = fsync(fileno(f)) == 0, closed = fclose(f) == 0;
+    ok = ok && flushed && synced && closed;
+  }
   if (!ok || rename(latest_tmp, latest) != 0 || fsync_path(dir, 1) != 0)
     return mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' is complete but '%s' could not be updated: %s", final,
                          latest, strerror(errno));

@@ -1,5 +1,5 @@
 /* `mtf ckpt verify`: every variable dataset of a checkpoint against its stored checksum, read in one
- * process with HDF5's default driver (no MPI), a block of rows at a time. */
+ * process with HDF5's default driver (no MPI), a bounded block at a time. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +23,61 @@ static void mark_bad(verify_ctx *ctx, const char *link) {
   if (!ctx->bad++) snprintf(ctx->first_bad, sizeof ctx->first_bad, "%s", link);
 }
 
+/* Reads dset a block of at most BLOCK_ELEMENTS at a time, summing its checksum and counting non-finite
+ * values. A block spans the trailing dimensions from `split` on in whole, a run of indices of dimension
+ * `split` and one index of each dimension before it, so its size is bounded whatever the shape (a row alone
+ * may be larger than memory; a dataset with a zero dimension has no elements and reads nothing). Returns
+ * NULL or what is wrong. */
+static const char *checksum_in_blocks(hid_t dset, hid_t space, int rank, const hsize_t *dims, uint64_t *sum,
+                                      uint64_t *nonfinite) {
+  uint64_t dims64[MTF_MAX_RANK], total = 1;
+  for (int d = 0; d < rank; d++) dims64[d] = dims[d], total = dims[d] && total > UINT64_MAX / dims[d] ? UINT64_MAX : total * dims[d];
+  if (total == 0) return NULL;
+  int split = rank > 0 ? rank - 1 : 0;
+  uint64_t inner = 1; /* elements of the dimensions after split */
+  while (split > 0 && dims64[split] <= BLOCK_ELEMENTS / inner) inner *= dims64[split--];
+  uint64_t run = rank > 0 ? (BLOCK_ELEMENTS / inner < dims64[split] ? BLOCK_ELEMENTS / inner : dims64[split]) : 1;
+  float *buf = malloc(sizeof(float) * (size_t)(run * inner));
+  if (!buf) return "too large to read (out of memory)";
+  const char *problem = NULL;
+  uint64_t start[MTF_MAX_RANK] = {0}, count[MTF_MAX_RANK];
+  for (int more = 1; more && !problem;) {
+    hid_t mem = -1, file_space = -1;
+    uint64_t n = 1;
+    if (rank > 0) {
+      hsize_t hstart[MTF_MAX_RANK], hcount[MTF_MAX_RANK];
+      for (int d = 0; d < rank; d++) {
+        count[d] = d < split ? 1 : d > split ? dims64[d] : (dims64[d] - start[d] < run ? dims64[d] - start[d] : run);
+        hstart[d] = start[d], hcount[d] = count[d], n *= count[d];
+      }
+      mem = H5Screate_simple(rank, hcount, NULL);
+      file_space = H5Scopy(space);
+      if (file_space < 0 || H5Sselect_hyperslab(file_space, H5S_SELECT_SET, hstart, NULL, hcount, NULL) < 0)
+        problem = "unreadable";
+    } else {
+      mem = H5Screate(H5S_SCALAR);
+      file_space = H5Scopy(space);
+    }
+    if (!problem && (mem < 0 || file_space < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, buf) < 0))
+      problem = "unreadable (damaged file)";
+    if (!problem) {
+      *sum += mtf_ckpt_checksum_slab(buf, rank, dims64, start, count);
+      for (uint64_t k = 0; k < n; k++) *nonfinite += !isfinite(buf[k]);
+    }
+    if (mem >= 0) H5Sclose(mem);
+    if (file_space >= 0) H5Sclose(file_space);
+    /* The next block: advance dimension split by the run, carrying into the dimensions before it. */
+    more = 0;
+    for (int d = split; rank > 0 && d >= 0 && !more; d--) {
+      start[d] += d == split ? count[d] : 1;
+      if (start[d] < dims64[d]) more = 1;
+      else start[d] = 0;
+    }
+  }
+  free(buf);
+  return problem;
+}
+
 static herr_t verify_dataset(hid_t group, const char *link, const H5L_info_t *info, void *data) {
   (void)info;
   verify_ctx *ctx = data;
@@ -44,39 +99,11 @@ static herr_t verify_dataset(hid_t group, const char *link, const H5L_info_t *in
   else if (mtf_ckpt_attr_read_u64(dset, "checksum", &stored) != 0)
     problem = "has no checksum attribute (written by an mtf before checksums, or damaged): nothing to verify it "
               "against";
-  float *buf = NULL;
   if (!problem) {
     H5Sget_simple_extent_dims(space, dims, NULL);
-    uint64_t dims64[MTF_MAX_RANK], start[MTF_MAX_RANK] = {0}, count[MTF_MAX_RANK], row = 1, rows = rank > 0 ? dims[0] : 1;
-    for (int d = 0; d < rank; d++) dims64[d] = dims[d], count[d] = dims[d];
-    for (int d = 1; d < rank; d++) row *= dims[d];
-    uint64_t per_block = row > 0 && row < BLOCK_ELEMENTS ? BLOCK_ELEMENTS / row : 1;
-    buf = malloc(sizeof(float) * (size_t)(per_block * (row > 0 ? row : 1)));
-    if (!buf) problem = "too large to read (out of memory)";
-    for (uint64_t r = 0; !problem && r < rows && row > 0; r += per_block) {
-      uint64_t n = rows - r < per_block ? rows - r : per_block;
-      hid_t mem = -1, file_space = H5Scopy(space);
-      if (rank > 0) {
-        hsize_t hstart[MTF_MAX_RANK] = {0}, hcount[MTF_MAX_RANK];
-        for (int d = 0; d < rank; d++) hcount[d] = dims[d];
-        hstart[0] = r, hcount[0] = n, start[0] = r, count[0] = n;
-        mem = H5Screate_simple(rank, hcount, NULL);
-        if (file_space < 0 || H5Sselect_hyperslab(file_space, H5S_SELECT_SET, hstart, NULL, hcount, NULL) < 0) problem = "unreadable";
-      } else {
-        mem = H5Screate(H5S_SCALAR);
-      }
-      if (!problem && (mem < 0 || H5Dread(dset, H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, buf) < 0))
-        problem = "unreadable (damaged file)";
-      if (!problem) {
-        sum += mtf_ckpt_checksum_slab(buf, rank, dims64, start, count);
-        for (uint64_t k = 0; k < n * row; k++) nonfinite += !isfinite(buf[k]);
-      }
-      if (mem >= 0) H5Sclose(mem);
-      if (file_space >= 0) H5Sclose(file_space);
-    }
+    problem = checksum_in_blocks(dset, space, rank, dims, &sum, &nonfinite);
     if (!problem && sum != stored) problem = "fails its checksum: the file is damaged";
   }
-  free(buf);
   if (problem) {
     mark_bad(ctx, link);
     if (sum != stored && strstr(problem, "checksum"))
