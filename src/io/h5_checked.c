@@ -188,12 +188,25 @@ int mtf_h5_check_dataset(int64_t loc, const char *name, int64_t dataset_id, cons
   if (rc == MTF_OK && filters < 0) rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: cannot read '%s''s filters", where, name);
   H5Pclose(plist);
   if (rc != MTF_OK) return rc;
+  /* The element count from the sizes, checked: HDF5's own count wraps past 2^64 (2^31 x 2^33 gives 0, which
+   * would pass as "no elements, nothing to store"). */
   hid_t space = H5Dget_space(dataset);
-  hssize_t points = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+  hsize_t dims[H5S_MAX_RANK];
+  uint64_t points = 1;
+  int overflow = rank < 0 || H5Sget_simple_extent_dims(space, dims, NULL) < 0;
+  for (int d = 0; !overflow && d < rank; d++) {
+    if (dims[d] && points > ((uint64_t)1 << 62) / dims[d]) overflow = 1;
+    else points *= dims[d];
+  }
+  if (space >= 0 && H5Sget_simple_extent_type(space) == H5S_NULL) points = 0;
   if (space >= 0) H5Sclose(space);
+  if (overflow)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' has a size that overflows 64 bits or cannot be read "
+                         "(damaged file)", where, name);
   H5D_space_status_t status;
   if (points > 0 && (H5Dget_space_status(dataset, &status) < 0 || status != H5D_SPACE_STATUS_ALLOCATED))
-    return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' has no storage written for some of its %lld elements (they "
-                         "would read as the fill value): write every element", where, name, (long long)points);
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' has no storage written for some of its %llu elements (they "
+                         "would read as the fill value): write every element", where, name, (unsigned long long)points);
   return MTF_OK;
 }
