@@ -106,15 +106,22 @@ int64_t mtf_attention_block_rows(int64_t length) {
   return length < MTF_ATTENTION_BF16_ROWS ? length : MTF_ATTENTION_BF16_ROWS;
 }
 
-int64_t mtf_attention_scratch_forward_bf16(int64_t length, int64_t depth) {
-  int64_t rows = mtf_attention_block_rows(length);
-  return 3 * bf16_words(length * depth) + rows * length + bf16_words(rows * length) + rows * depth;
+int64_t mtf_attention_bf16_group(int64_t count, int64_t length) {
+  int64_t per_problem = mtf_attention_block_rows(length) * length;
+  int64_t group = MTF_ATTENTION_BF16_GROUP_WORDS / (per_problem > 0 ? per_problem : 1);
+  if (group > count) group = count;
+  return group > 1 ? group : 1;
 }
 
-int64_t mtf_attention_scratch_backward_bf16(int64_t length, int64_t depth) {
-  int64_t rows = mtf_attention_block_rows(length);
-  return 4 * bf16_words(length * depth) + 4 * length * depth + 2 * length + 3 * rows * length +
-         2 * bf16_words(rows * length);
+int64_t mtf_attention_scratch_forward_bf16(int64_t count, int64_t length, int64_t depth) {
+  int64_t rows = mtf_attention_block_rows(length), g = mtf_attention_bf16_group(count, length);
+  return 6 * bf16_words(g * length * depth) + g * rows * length + bf16_words(g * rows * length) + g * rows * depth;
+}
+
+int64_t mtf_attention_scratch_backward_bf16(int64_t count, int64_t length, int64_t depth) {
+  int64_t rows = mtf_attention_block_rows(length), g = mtf_attention_bf16_group(count, length);
+  return 7 * bf16_words(g * length * depth) + 4 * g * length * depth + 2 * g * length + 3 * g * rows * length +
+         2 * bf16_words(g * rows * length);
 }
 
 /* ---- builders ---- */
@@ -292,8 +299,8 @@ static int64_t attention_scratch(const mtf_step *s) {
                           : mtf_attention_scratch_backward(geo.length, geo.depth);
   if (!s->params.attention.bf16) return words;
   /* A backend may take either path (cuda and pjrt compute these in fp32 for now). */
-  int64_t bf16 = forward ? mtf_attention_scratch_forward_bf16(geo.length, geo.depth)
-                         : mtf_attention_scratch_backward_bf16(geo.length, geo.depth);
+  int64_t bf16 = forward ? mtf_attention_scratch_forward_bf16(geo.count, geo.length, geo.depth)
+                         : mtf_attention_scratch_backward_bf16(geo.count, geo.length, geo.depth);
   return words > bf16 ? words : bf16;
 }
 

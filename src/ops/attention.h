@@ -59,15 +59,21 @@ int64_t mtf_attention_scratch_forward(int64_t length, int64_t depth);
 int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
 
 /* The bfloat16 path (params.attention.bf16 on a backend with bf16 products): blocks of R =
- * mtf_attention_block_rows(length) query rows against every memory row they may see; scratch words (bf16
- * arrays take half a word per value, rounded up), laid out by the kernels as
- *   forward:  q, k, v bf16 [length, depth] | scores [R, length] | weights bf16 [R, length] | o [R, depth]
- *   backward: q, k, v, do bf16 [length, depth] | dq, dk, dv, product [length, depth] | lse, delta [length] |
- *             p, p dropped, dp [R, length] | p dropped, ds bf16 [R, length] */
+ * mtf_attention_block_rows(length) query rows against every memory row they may see, for a group of G =
+ * mtf_attention_bf16_group(count, length) of the step's count problems at once (one product call per block
+ * for the whole group; G R length stays within MTF_ATTENTION_BF16_GROUP_WORDS, a core's L2). Scratch words
+ * (bf16 arrays take half a word per value, rounded up), laid out by the kernels as
+ *   forward:  q as packed, q block-major, k, v, k's and v's prefix bf16 [G, length, depth] | scores
+ *             [G, R, length] | weights bf16 [G, R, length] | o [G, R, depth]
+ *   backward: q (then do) as packed, q, k, v, k's and v's prefix, do bf16 [G, length, depth] | dq, dk, dv,
+ *             product [G, length, depth] | lse, delta [G, length] | p, p dropped, dp [G, R, length] |
+ *             p dropped, ds bf16 [G, R, length] */
 #define MTF_ATTENTION_BF16_ROWS 128
+#define MTF_ATTENTION_BF16_GROUP_WORDS ((int64_t)1 << 17)
 int64_t mtf_attention_block_rows(int64_t length);
-int64_t mtf_attention_scratch_forward_bf16(int64_t length, int64_t depth);
-int64_t mtf_attention_scratch_backward_bf16(int64_t length, int64_t depth);
+int64_t mtf_attention_bf16_group(int64_t count, int64_t length);
+int64_t mtf_attention_scratch_forward_bf16(int64_t count, int64_t length, int64_t depth);
+int64_t mtf_attention_scratch_backward_bf16(int64_t count, int64_t length, int64_t depth);
 
 /* One query row of a score tile in the kernels' online softmax: `row` holds the scaled scores, the first n
  * visible (causal); they become exp(score - running max), the rest up to `width` zeros; the row's running

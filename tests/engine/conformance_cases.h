@@ -395,6 +395,13 @@ static const op_case cases[] = {
 };
 
 /* Ops without a gradient: values only, and mtf_gradients through them must fail. */
+/* Cases of the bf16 kernels' own structure, run under --bf16 and --bf16-storage only (in fp32 their finite
+ * differences would take most of the suite's time, for nothing the cases above do not cover). */
+static const op_case bf16_cases[] = {
+    /* 8 problems of 131 rows: the bf16 attention's groups (mtf_attention_bf16_group) of 7, then a partial 1 */
+    {"causal attention, 2 row blocks, 8 problems", {"a:8,q:131,e:3", "a:8,m:131,e:3", "a:8,m:131,e:3"}, c_attention},
+};
+
 static const op_case forward_only_cases[] = {
     {"moving_average, constant decay", {"a:3,d:4", "a:3,d:4"}, c_moving_average},
     {"moving_average, decay tensor, squared", {"a:3,c:1,d:4", "a:3,c:1,d:4", "d:4"}, c_moving_average_decay},

@@ -6,8 +6,10 @@
  *
  * Work goes in blocks of R = mtf_attention_block_rows(length) query rows against all memory rows 0 .. end
  * of the block (the ones they may see): one product gives the block's whole rows of scores, so the softmax
- * needs no running rescale, and a product call covers R x length instead of the fp32 path's 64 x 64 tiles
- * (oneDNN's per-call cost is microseconds). Forward: S = Q_i K^T, P = softmax (causal), O_i = P V. Backward
+ * needs no running rescale. Each product call covers a group of G problems (mtf_attention_bf16_group)
+ * through oneDNN's batched matmul: its per-call cost is microseconds, comparable with a 128 x 256 x 64
+ * product on AMX. G is small (a group's scores stay within 512 KiB, in the core's L2: larger groups,
+ * streaming through memory, measured slower). Rows' elementwise work is split over the backend's threads. Forward: S = Q_i K^T, P = softmax (causal), O_i = P V. Backward
  * per block: S again, P = exp(scale S - lse), dV += (P R)^T dO_i, dP = dO_i V^T, dS = scale (P R dP - P
  * delta), dQ_i = dS K, dK += dS^T Q_i. The scores of a block's rows above the diagonal are computed and then
  * zeroed, at most R / length of the work. */
@@ -18,11 +20,14 @@
 #include "exec/cpu/attention.h"
 #include "exec/cpu/bf16.h"
 #include "exec/cpu/fastmath.h"
+#include "exec/cpu/parallel.h"
 #include "exec/cpu/rowops.h"
 
 typedef mtf_cpu_attention_problem problem;
 
 static int64_t words(int64_t n) { return (n + 1) / 2; }
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* x (float32, or bfloat16 where the plan stores it so: lower/storage.c) -> out [L, D] bfloat16 */
 static void pack_bf16(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b,
@@ -69,8 +74,6 @@ static float row_dot(const float *x, int64_t x_stride, const float *y, int64_t y
   return (float)s;
 }
 
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 /* Row r of a block: scores (width n_mem, the first `visible` seen) -> softmax weights in fp32, the row's
  * logsumexp returned; dropout applied after the sum, as the fp32 path does. */
 static float softmax_row(const problem *p, uint64_t mask_base, int64_t i, float scale, float *row, int64_t visible,
@@ -86,37 +89,134 @@ static float softmax_row(const problem *p, uint64_t mask_base, int64_t i, float 
   return max + logf(sum);
 }
 
+/* oneDNN runs a batched product on AMX only when each operand's problems lie back to back (a dense
+ * [batch, rows, cols] array); other strides take a slower generic kernel. So the operands are laid out
+ * densely for each block: k and v problem by problem ([n, L, D]) with, for a block that sees a prefix of the
+ * memory rows, that prefix copied out ([n, n_mem, D]); q and dO block by block ([block][n, R, D], "block
+ * major"), as is the dq the blocks write. */
+
+/* Packs problems b0 .. b0 + n of q, k, v or dO into [n, L, D] bfloat16. */
+static void pack_group(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b0,
+                       int64_t n, mtf_bf16 *out) {
+  for (int64_t g = 0; g < n; g++) pack_bf16(p, x, dtype, v, b0 + g, out + g * p->L * p->D);
+}
+
+/* Where row r of block i0 (nq rows) of problem g lies in a block-major array of n problems. */
+static int64_t block_major(const problem *p, int64_t n, int64_t i0, int64_t nq, int64_t g, int64_t r) {
+  return (n * i0 + g * nq + r) * p->D;
+}
+
+/* The problem-major [n, L, D] `in` rearranged block-major into out. */
+static void to_block_major(const problem *p, int64_t n, int64_t R, const mtf_bf16 *in, mtf_bf16 *out) {
+  for (int64_t i0 = 0; i0 < p->L; i0 += R) {
+    int64_t nq = min64(R, p->L - i0);
+    for (int64_t g = 0; g < n; g++)
+      memcpy(out + block_major(p, n, i0, nq, g, 0), in + (g * p->L + i0) * p->D, sizeof(mtf_bf16) * (size_t)(nq * p->D));
+  }
+}
+
+/* Memory rows 0 .. n_mem of the [n, L, D] `full`, back to back in `prefix` ([n, n_mem, D]); `full` itself
+ * when that is all of it. */
+static const mtf_bf16 *memory_prefix(const problem *p, int64_t n, int64_t n_mem, const mtf_bf16 *full, mtf_bf16 *prefix) {
+  if (n_mem == p->L) return full;
+  for (int64_t g = 0; g < n; g++)
+    memcpy(prefix + g * n_mem * p->D, full + g * p->L * p->D, sizeof(mtf_bf16) * (size_t)(n_mem * p->D));
+  return prefix;
+}
+
+/* Block i0's rows of the block-major fp32 dq, stored into the output. */
+static void store_block_major(const problem *p, const float *in, const mtf_attention_view *v, int64_t b0, int64_t n,
+                              int64_t i0, int64_t nq, float *x) {
+  for (int64_t g = 0; g < n; g++) store_rows(p, in + block_major(p, n, i0, nq, g, 0), v, b0 + g, i0, nq, x);
+}
+
+/* The forward's rows of one block for a group: scores -> weights (rounded into P), lse into the output. */
+typedef struct forward_rows {
+  const problem *p;
+  const mtf_attention_view *vl;
+  float *S, *out, scale;
+  mtf_bf16 *P;
+  int64_t b0, i0, nq, n_mem;
+} forward_rows;
+
+static void forward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const forward_rows *f = ctx;
+  const problem *p = f->p;
+  for (int64_t gr = lo; gr < hi; gr++) {
+    int64_t g = gr / f->nq, r = gr % f->nq, b = f->b0 + g, i = f->i0 + r;
+    uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
+    float *row = f->S + gr * f->n_mem, lse = softmax_row(p, mask_base, i, f->scale, row, i + 1, f->n_mem);
+    round_row(row, f->n_mem, f->P + gr * f->n_mem);
+    float *ls = f->out + mtf_attention_base(&p->geo, f->vl, b) + i * f->vl->pos_stride;
+    for (int64_t d = 0; d < p->D; d++) ls[d * f->vl->depth_stride] = lse;
+  }
+}
+
 int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   problem p = mtf_cpu_attention_problem_of(st, a);
   mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
   const mtf_attention_view vq = v.q, vk = v.k, vo = v.f[0], vl = v.f[1];
-  int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L);
-  float *w = a->scratch, *out = a->out, scale = st->params.attention.scale;
-  mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + words(L * D)), *V = (mtf_bf16 *)(w + 2 * words(L * D));
-  float *S = w + 3 * words(L * D);
-  mtf_bf16 *P = (mtf_bf16 *)(S + R * L);
-  float *O = S + R * L + words(R * L);
-  for (int64_t b = 0; b < p.geo.count; b++) {
-    pack_bf16(&p, a->in[0], st->in_dtype[0], &vq, b, Q);
-    pack_bf16(&p, a->in[1], st->in_dtype[1], &vk, b, K);
-    pack_bf16(&p, a->in[2], st->in_dtype[2], &vk, b, V);
-    uint64_t mask_base = p.dropout ? mtf_attention_mask_base(&p.geo, &p.mask, b) : 0;
-    float *lse_out = out + mtf_attention_base(&p.geo, &vl, b);
+  int64_t L = p.L, D = p.D, LD = L * D, R = mtf_attention_block_rows(L), G = mtf_attention_bf16_group(p.geo.count, L);
+  int64_t GLD = words(G * LD);
+  float *w = a->scratch, *out = a->out;
+  mtf_bf16 *Qp = (mtf_bf16 *)w, *Q = (mtf_bf16 *)(w + GLD), *K = (mtf_bf16 *)(w + 2 * GLD),
+           *V = (mtf_bf16 *)(w + 3 * GLD), *Kpre = (mtf_bf16 *)(w + 4 * GLD), *Vpre = (mtf_bf16 *)(w + 5 * GLD);
+  float *S = w + 6 * GLD;
+  mtf_bf16 *P = (mtf_bf16 *)(S + G * R * L);
+  float *O = S + G * R * L + words(G * R * L);
+  for (int64_t b0 = 0; b0 < p.geo.count; b0 += G) {
+    int64_t n = min64(G, p.geo.count - b0);
+    pack_group(&p, a->in[0], st->in_dtype[0], &vq, b0, n, Qp);
+    to_block_major(&p, n, R, Qp, Q);
+    pack_group(&p, a->in[1], st->in_dtype[1], &vk, b0, n, K);
+    pack_group(&p, a->in[2], st->in_dtype[2], &vk, b0, n, V);
     for (int64_t i0 = 0; i0 < L; i0 += R) {
-      int64_t nq = min64(R, L - i0), n_mem = i0 + nq;
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, nq, n_mem, D, 0, 1, Q + i0 * D, K, S));
-      for (int64_t r = 0; r < nq; r++) {
-        int64_t i = i0 + r;
-        float *row = S + r * n_mem, lse = softmax_row(&p, mask_base, i, scale, row, i + 1, n_mem);
-        round_row(row, n_mem, P + r * n_mem);
-        float *ls = lse_out + i * vl.pos_stride;
-        for (int64_t d = 0; d < D; d++) ls[d * vl.depth_stride] = lse;
-      }
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, nq, D, n_mem, 0, 0, P, V, O));
-      store_rows(&p, O, &vo, b, i0, nq, out);
+      int64_t nq = min64(R, L - i0), n_mem = i0 + nq, block = nq * n_mem;
+      const mtf_bf16 *Qi = Q + block_major(&p, n, i0, nq, 0, 0), *Km = memory_prefix(&p, n, n_mem, K, Kpre),
+                     *Vm = memory_prefix(&p, n, n_mem, V, Vpre);
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, n_mem, D, 0, 1, Qi, nq * D, Km, n_mem * D, S, block));
+      forward_rows rows = {&p, &vl, S, out, st->params.attention.scale, P, b0, i0, nq, n_mem};
+      mtf_cpu_parallel_for(mtf_cpu_threads(be->threads, n * block), n * nq, forward_rows_chunk, &rows);
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, D, n_mem, 0, 0, P, block, Vm, n_mem * D, O, nq * D));
+      for (int64_t g = 0; g < n; g++) store_rows(&p, O + g * nq * D, &vo, b0 + g, i0, nq, out);
     }
   }
   return MTF_OK;
+}
+
+/* The backward's rows of one block for a group: in phase 0 the weights P = exp(scale S - lse) (kept in Pf,
+ * dropped in PRf, rounded into PRb); in phase 1 dS = scale (P R dP - P delta) rounded. */
+typedef struct backward_rows {
+  const problem *p;
+  int phase;
+  float *Pf, *PRf, *dP, *lse, *delta, scale;
+  mtf_bf16 *PRb, *dS;
+  int64_t b0, i0, nq, n_mem, L;
+} backward_rows;
+
+static void backward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
+  const backward_rows *k = ctx;
+  const problem *p = k->p;
+  int64_t n_mem = k->n_mem;
+  for (int64_t gr = lo; gr < hi; gr++) {
+    int64_t g = gr / k->nq, r = gr % k->nq, i = k->i0 + r, visible = i + 1;
+    float *row = k->Pf + gr * n_mem, *kept = p->dropout ? k->PRf + gr * n_mem : row;
+    if (k->phase == 0) {
+      float l = k->lse[g * k->L + i], scale = k->scale;
+      for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] * scale - l);
+      for (int64_t j = visible; j < n_mem; j++) row[j] = 0.0f;
+      if (p->dropout) {
+        memcpy(kept, row, sizeof(float) * (size_t)n_mem);
+        mtf_cpu_attention_drop_row(p, mtf_attention_mask_base(&p->geo, &p->mask, k->b0 + g), i, 0, visible, kept);
+      }
+      round_row(kept, n_mem, k->PRb + gr * n_mem);
+    } else {
+      const float *dp = k->dP + gr * n_mem;
+      float dl = k->delta[g * k->L + i], scale = k->scale;
+      mtf_bf16 *ds = k->dS + gr * n_mem;
+      for (int64_t j = 0; j < n_mem; j++) ds[j] = mtf_bf16_from_float(scale * (kept[j] * dp[j] - row[j] * dl));
+    }
+  }
 }
 
 /* Inputs q, k, v, F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv]. */
@@ -124,58 +224,58 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
   problem p = mtf_cpu_attention_problem_of(st, a);
   mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
   const mtf_attention_view vq = v.q, vk = v.k, *vf = v.f, *vd = v.d, *vg = v.g;
-  int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L), LD = L * D;
-  float *w = a->scratch, scale = st->params.attention.scale;
-  mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + words(LD)), *V = (mtf_bf16 *)(w + 2 * words(LD)),
-           *dO = (mtf_bf16 *)(w + 3 * words(LD));
-  float *dQ = w + 4 * words(LD), *dK = dQ + LD, *dV = dK + LD, *T = dV + LD, *lse = T + LD, *delta = lse + L;
-  float *Pf = delta + L, *PRf = Pf + R * L, *dP = PRf + R * L;
-  mtf_bf16 *PRb = (mtf_bf16 *)(dP + R * L), *dS = (mtf_bf16 *)(dP + R * L + words(R * L));
+  int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L), LD = L * D, G = mtf_attention_bf16_group(p.geo.count, L);
+  int64_t GLD = words(G * LD);
+  float *w = a->scratch;
+  mtf_bf16 *Qp = (mtf_bf16 *)w, *Q = (mtf_bf16 *)(w + GLD), *K = (mtf_bf16 *)(w + 2 * GLD),
+           *V = (mtf_bf16 *)(w + 3 * GLD), *Kpre = (mtf_bf16 *)(w + 4 * GLD), *Vpre = (mtf_bf16 *)(w + 5 * GLD),
+           *dO = (mtf_bf16 *)(w + 6 * GLD);
+  float *dQ = w + 7 * GLD, *dK = dQ + G * LD, *dV = dK + G * LD, *T = dV + G * LD, *lse = T + G * LD,
+        *delta = lse + G * L;
+  float *Pf = delta + G * L, *PRf = Pf + G * R * L, *dP = PRf + G * R * L;
+  mtf_bf16 *PRb = (mtf_bf16 *)(dP + G * R * L), *dS = (mtf_bf16 *)(dP + G * R * L + words(G * R * L));
   const float *F = a->in[3], *dF = a->in[4];
-  for (int64_t b = 0; b < p.geo.count; b++) {
-    pack_bf16(&p, a->in[0], st->in_dtype[0], &vq, b, Q);
-    pack_bf16(&p, a->in[1], st->in_dtype[1], &vk, b, K);
-    pack_bf16(&p, a->in[2], st->in_dtype[2], &vk, b, V);
-    pack_bf16(&p, dF, MTF_F32, &vd[0], b, dO);
-    const float *o = F + mtf_attention_base(&p.geo, &vf[0], b), *ls = F + mtf_attention_base(&p.geo, &vf[1], b);
-    const float *dOf = dF + mtf_attention_base(&p.geo, &vd[0], b), *dlse = dF + mtf_attention_base(&p.geo, &vd[1], b);
-    for (int64_t i = 0; i < L; i++) /* delta = rowsum(dO o) - rowsum(dlse), from the fp32 values */
-      delta[i] = row_dot(dOf + i * vd[0].pos_stride, vd[0].depth_stride, o + i * vf[0].pos_stride,
-                         vf[0].depth_stride, D) -
-                 row_dot(dlse + i * vd[1].pos_stride, vd[1].depth_stride, NULL, 0, D);
-    for (int64_t i = 0; i < L; i++) lse[i] = ls[i * vf[1].pos_stride];
-    memset(dK, 0, sizeof(float) * (size_t)(2 * LD)); /* dK, dV; each block writes its own rows of dQ */
-    uint64_t mask_base = p.dropout ? mtf_attention_mask_base(&p.geo, &p.mask, b) : 0;
-    for (int64_t i0 = 0; i0 < L; i0 += R) {
-      int64_t nq = min64(R, L - i0), n_mem = i0 + nq;
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, nq, n_mem, D, 0, 1, Q + i0 * D, K, Pf));
-      for (int64_t r = 0; r < nq; r++) {
-        int64_t i = i0 + r, visible = i + 1;
-        float *row = Pf + r * n_mem, *kept = p.dropout ? PRf + r * n_mem : row, l = lse[i];
-        for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] * scale - l);
-        for (int64_t j = visible; j < n_mem; j++) row[j] = 0.0f;
-        if (p.dropout) {
-          memcpy(kept, row, sizeof(float) * (size_t)n_mem);
-          mtf_cpu_attention_drop_row(&p, mask_base, i, 0, visible, kept);
-        }
-        round_row(kept, n_mem, PRb + r * n_mem);
-      }
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, n_mem, D, nq, 1, 0, PRb, dO + i0 * D, T));
-      add_into(dV, T, n_mem * D);
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, nq, n_mem, D, 0, 1, dO + i0 * D, V, dP));
-      for (int64_t r = 0; r < nq; r++) {
-        const float *row = Pf + r * n_mem, *kept = p.dropout ? PRf + r * n_mem : row, *dp = dP + r * n_mem;
-        float dl = delta[i0 + r];
-        mtf_bf16 *ds = dS + r * n_mem;
-        for (int64_t j = 0; j < n_mem; j++) ds[j] = mtf_bf16_from_float(scale * (kept[j] * dp[j] - row[j] * dl));
-      }
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, nq, D, n_mem, 0, 0, dS, K, dQ + i0 * D));
-      MTF_CHECK(mtf_cpu_bf16_product(be->threads, n_mem, D, nq, 1, 0, dS, Q + i0 * D, T));
-      add_into(dK, T, n_mem * D);
+  for (int64_t b0 = 0; b0 < p.geo.count; b0 += G) {
+    int64_t n = min64(G, p.geo.count - b0);
+    pack_group(&p, a->in[0], st->in_dtype[0], &vq, b0, n, Qp);
+    to_block_major(&p, n, R, Qp, Q);
+    pack_group(&p, dF, MTF_F32, &vd[0], b0, n, Qp);
+    to_block_major(&p, n, R, Qp, dO);
+    pack_group(&p, a->in[1], st->in_dtype[1], &vk, b0, n, K);
+    pack_group(&p, a->in[2], st->in_dtype[2], &vk, b0, n, V);
+    for (int64_t g = 0; g < n; g++) {
+      int64_t b = b0 + g;
+      const float *o = F + mtf_attention_base(&p.geo, &vf[0], b), *ls = F + mtf_attention_base(&p.geo, &vf[1], b);
+      const float *dOf = dF + mtf_attention_base(&p.geo, &vd[0], b), *dlse = dF + mtf_attention_base(&p.geo, &vd[1], b);
+      for (int64_t i = 0; i < L; i++) /* delta = rowsum(dO o) - rowsum(dlse), from the fp32 values */
+        delta[g * L + i] = row_dot(dOf + i * vd[0].pos_stride, vd[0].depth_stride, o + i * vf[0].pos_stride,
+                                   vf[0].depth_stride, D) -
+                           row_dot(dlse + i * vd[1].pos_stride, vd[1].depth_stride, NULL, 0, D);
+      for (int64_t i = 0; i < L; i++) lse[g * L + i] = ls[i * vf[1].pos_stride];
     }
-    store_rows(&p, dQ, &vg[0], b, 0, L, a->out);
-    store_rows(&p, dK, &vg[1], b, 0, L, a->out);
-    store_rows(&p, dV, &vg[2], b, 0, L, a->out);
+    memset(dK, 0, sizeof(float) * (size_t)(2 * G * LD)); /* dK, dV; each block writes its own rows of dQ */
+    for (int64_t i0 = 0; i0 < L; i0 += R) {
+      int64_t nq = min64(R, L - i0), n_mem = i0 + nq, block = nq * n_mem, at = block_major(&p, n, i0, nq, 0, 0);
+      const mtf_bf16 *Qi = Q + at, *dOi = dO + at, *Km = memory_prefix(&p, n, n_mem, K, Kpre),
+                     *Vm = memory_prefix(&p, n, n_mem, V, Vpre);
+      int nt = mtf_cpu_threads(be->threads, n * block);
+      backward_rows rows = {&p, 0, Pf, PRf, dP, lse, delta, st->params.attention.scale, PRb, dS, b0, i0, nq, n_mem, L};
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, n_mem, D, 0, 1, Qi, nq * D, Km, n_mem * D, Pf, block));
+      mtf_cpu_parallel_for(nt, n * nq, backward_rows_chunk, &rows);
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, n_mem, D, nq, 1, 0, PRb, block, dOi, nq * D, T, n_mem * D));
+      for (int64_t g = 0; g < n; g++) add_into(dV + g * LD, T + g * n_mem * D, n_mem * D);
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, n_mem, D, 0, 1, dOi, nq * D, Vm, n_mem * D, dP, block));
+      rows.phase = 1;
+      mtf_cpu_parallel_for(nt, n * nq, backward_rows_chunk, &rows);
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, D, n_mem, 0, 0, dS, block, Km, n_mem * D, dQ + at, nq * D));
+      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, n_mem, D, nq, 1, 0, dS, block, Qi, nq * D, T, n_mem * D));
+      for (int64_t g = 0; g < n; g++) add_into(dK + g * LD, T + g * n_mem * D, n_mem * D);
+      store_block_major(&p, dQ, &vg[0], b0, n, i0, nq, a->out);
+    }
+    for (int64_t g = 0; g < n; g++) {
+      store_rows(&p, dK + g * LD, &vg[1], b0 + g, 0, L, a->out);
+      store_rows(&p, dV + g * LD, &vg[2], b0 + g, 0, L, a->out);
+    }
   }
   return MTF_OK;
 }

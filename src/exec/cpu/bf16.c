@@ -98,6 +98,7 @@ static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
 /* ---- oneDNN matmul primitives, one per product shape ---- */
 typedef struct product_key {
   int64_t batch, m, n, k;
+  int64_t a_step, b_step, c_step; /* elements from one problem of the batch to the next; 0: dense */
   int ta, tb;
   int c_bf16; /* the result rounded to bfloat16 (a bf16-stored activation), else float32 */
   int threads; /* oneDNN splits the work by the OpenMP threads there are when the primitive is made */
@@ -117,15 +118,16 @@ static dnnl_stream_t stream;
 static pthread_mutex_t products_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int transposed,
-                         dnnl_data_type_t type) {
+                         int64_t step, dnnl_data_type_t type) {
   dnnl_dims_t dims = {batch, rows, cols};
-  /* row-major rows x cols, or its transpose stored as cols x rows */
-  dnnl_dims_t strides = {rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
+  /* row-major rows x cols, or its transpose stored as cols x rows; problems `step` apart (0: back to back) */
+  dnnl_dims_t strides = {step ? step : rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
   dnnl_memory_desc_init_by_strides(md, 3, dims, type, strides);
 }
 
 static int same_key(const product_key *x, const product_key *y) { /* field by field: the struct has padding */
-  return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->ta == y->ta && x->tb == y->tb &&
+  return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->a_step == y->a_step &&
+         x->b_step == y->b_step && x->c_step == y->c_step && x->ta == y->ta && x->tb == y->tb &&
          x->c_bf16 == y->c_bf16 && x->threads == y->threads;
 }
 
@@ -146,9 +148,9 @@ static const product *find_product(const product_key *key, mtf_error *err) {
   product *p = &products[n_products];
   memset(p, 0, sizeof *p);
   p->key = *key;
-  strided_desc(&p->a, key->batch, key->m, key->k, key->ta, dnnl_bf16);
-  strided_desc(&p->b, key->batch, key->k, key->n, key->tb, dnnl_bf16);
-  strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
+  strided_desc(&p->a, key->batch, key->m, key->k, key->ta, key->a_step, dnnl_bf16);
+  strided_desc(&p->b, key->batch, key->k, key->n, key->tb, key->b_step, dnnl_bf16);
+  strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_step, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
   dnnl_matmul_desc_t desc;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t rc = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
@@ -230,7 +232,7 @@ static int float_result(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   if (!native || d->a_summed || d->b_summed || d->a_packed || d->b_packed) return widened_einsum(be, st, a, out);
   if (!a->scratch) return MTF_ERR_INVALID;
   float *c = (float *)a->scratch + d->scratch_offset[4];
-  product_key key = {d->nb, d->M, d->N, d->K, d->a_transposed, d->b_transposed, 0, be->threads};
+  product_key key = {.batch = d->nb, .m = d->M, .n = d->N, .k = d->K, .ta = d->a_transposed, .tb = d->b_transposed};
   MTF_CHECK(onednn_product(be->threads, &key, a->in[0], a->in[1], c));
   mtf_shape c_shape = mtf_einsum_concat3(&d->batch, &d->m, &d->n);
   mtf_cpu_reduce_into(be->threads, &c_shape, c, &st->out_shape, out);
@@ -250,13 +252,15 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   int out_bf16 = st->out_dtype == MTF_BF16;
   if (native && !d.a_summed && !d.b_summed && !d.a_packed && !d.b_packed) {
     if (!d.c_packed) {
-      product_key key = {d.nb, d.M, d.N, d.K, d.a_transposed, d.b_transposed, out_bf16, be->threads};
+      product_key key = {.batch = d.nb, .m = d.M, .n = d.N, .k = d.K, .ta = d.a_transposed, .tb = d.b_transposed,
+                         .c_bf16 = out_bf16};
       return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
     }
     /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
      * C^T = B^T A^T, lands in place. */
     if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
-      product_key key = {d.nb, d.N, d.M, d.K, !d.b_transposed, !d.a_transposed, out_bf16, be->threads};
+      product_key key = {.batch = d.nb, .m = d.N, .n = d.M, .k = d.K, .ta = !d.b_transposed, .tb = !d.a_transposed,
+                         .c_bf16 = out_bf16};
       return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
     }
   }
@@ -264,11 +268,26 @@ int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_ar
   return mtf_cpu_float_then_round(be, st, a, float_result_of);
 }
 
+int mtf_cpu_bf16_product_batch(int threads, int64_t batch, int64_t m, int64_t n, int64_t k, int a_transposed,
+                               int b_transposed, const void *a, int64_t a_step, const void *b, int64_t b_step, float *c,
+                               int64_t c_step) {
+  pthread_once(&path_once, choose_path);
+  if (native) {
+    product_key key = {.batch = batch, .m = m, .n = n, .k = k, .a_step = a_step, .b_step = b_step, .c_step = c_step,
+                       .ta = a_transposed, .tb = b_transposed};
+    return onednn_product(threads, &key, a, b, c);
+  }
+  for (int64_t i = 0; i < batch; i++)
+    MTF_CHECK(mtf_cpu_bf16_product(threads, m, n, k, a_transposed, b_transposed, (const mtf_bf16 *)a + i * a_step,
+                                   (const mtf_bf16 *)b + i * b_step, c + i * c_step));
+  return MTF_OK;
+}
+
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
                          const void *a, const void *b, float *c) {
   pthread_once(&path_once, choose_path);
   if (native) {
-    product_key key = {1, m, n, k, a_transposed, b_transposed, 0, threads};
+    product_key key = {.batch = 1, .m = m, .n = n, .k = k, .ta = a_transposed, .tb = b_transposed};
     return onednn_product(threads, &key, a, b, c);
   }
   /* The conversion path: the same products (exact in fp32) summed by sgemm. */

@@ -33,6 +33,11 @@ int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const fl
  * [n, k]) where a_transposed, b_transposed: on oneDNN, or widened to fp32 for sgemm on the conversion path. */
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
                          const void *a, const void *b, float *c);
+/* The same for `batch` problems, problem i at a + i a_step, b + i b_step, c + i c_step (elements; the rows
+ * within a problem as above): one oneDNN call for all of them. */
+int mtf_cpu_bf16_product_batch(int threads, int64_t batch, int64_t m, int64_t n, int64_t k, int a_transposed,
+                               int b_transposed, const void *a, int64_t a_step, const void *b, int64_t b_step, float *c,
+                               int64_t c_step);
 /* A kernel whose step writes a bfloat16 value (out_dtype, a bf16-stored activation) through a float32 result:
  * `compute` writes the float32 value into out (a temporary), which is then rounded into a->out. For the
  * paths that have no bfloat16 writer of their own. */
