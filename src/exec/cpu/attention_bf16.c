@@ -42,7 +42,10 @@ static void pack_bf16(const problem *p, const void *x, mtf_dtype dtype, const mt
         for (int64_t d = 0; d < p->D; d++) dst[d] = row[d * v->depth_stride];
     } else {
       const float *row = (const float *)x + at + i * v->pos_stride;
-      for (int64_t d = 0; d < p->D; d++) dst[d] = mtf_bf16_from_float(row[d * v->depth_stride]);
+      if (v->depth_stride == 1) /* the usual layout: a loop that vectorises */
+        for (int64_t d = 0; d < p->D; d++) dst[d] = mtf_bf16_from_float(row[d]);
+      else
+        for (int64_t d = 0; d < p->D; d++) dst[d] = mtf_bf16_from_float(row[d * v->depth_stride]);
     }
   }
 }
@@ -54,7 +57,9 @@ static void store_rows(const problem *p, const float *in, const mtf_attention_vi
   for (int64_t i = 0; i < n; i++) {
     float *row = base + (i0 + i) * v->pos_stride;
     const float *src = in + i * p->D;
-    for (int64_t d = 0; d < p->D; d++) row[d * v->depth_stride] = src[d];
+    if (v->depth_stride == 1) memcpy(row, src, sizeof(float) * (size_t)p->D);
+    else
+      for (int64_t d = 0; d < p->D; d++) row[d * v->depth_stride] = src[d];
   }
 }
 
