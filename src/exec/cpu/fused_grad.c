@@ -150,10 +150,7 @@ static inline float xent_row_max(const float *x, int64_t len, int64_t stride) {
 
 /* Writes exp(x - max) to out and returns its sum. */
 static inline double xent_row_exp(const float *x, float max, int64_t len, int64_t stride, float *out) {
-  if (stride == 1) { /* two loops that vectorise: the exponentials, then their sum */
-    for (int64_t j = 0; j < len; j++) out[j] = mtf_expf(x[j] - max);
-    return mtf_row_sum(out, len);
-  }
+  if (stride == 1) return mtf_row_exp_sum(x, len, max, out);
   double s = 0;
   for (int64_t j = 0; j < len; j++) {
     float e = mtf_expf(x[j * stride] - max);

@@ -71,6 +71,14 @@ static inline double mtf_row_sum_exp(const float *x, int64_t n, float m) {
 #undef TERM
 }
 
+/* out_j = exp(x_j - m), returning sum_j out_j summed as mtf_row_sum sums out: the same value as those two
+ * passes, in one. */
+static inline double mtf_row_exp_sum(const float *x, int64_t n, float m, float *out) {
+#define TERM(i) ((double)(out[i] = mtf_expf(x[i] - m)))
+  MTF_ROW_SUM_BODY(n, double, TERM);
+#undef TERM
+}
+
 /* sum_j x_j y_j with float lanes (the attention backward pass's rowsum(dO o), whose terms are bounded). */
 static inline double mtf_row_dot(const float *x, const float *y, int64_t n) {
 #define TERM(i) (x[i] * y[i])
