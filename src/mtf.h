@@ -242,6 +242,8 @@ typedef struct mtf_plan_stats {
   int64_t bucketed_bytes;   /* the gradient bytes they reduce */
   int bf16_values;          /* node values stored as bfloat16 (mtf_plan_options.bf16_storage) */
   int64_t bf16_value_bytes; /* their bytes on this rank */
+  int bf16_weight_copies;   /* weights whose bfloat16 copy the optimizer writes (mtf_plan_options) */
+  int64_t bf16_weight_copy_bytes; /* those copies' bytes on this rank, kept between runs */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -259,6 +261,10 @@ typedef struct mtf_plan_options {
    * write and read them so, instead of float32 values and a cast (lower/storage.c). For backends whose
    * kernels do: the run layer sets it for cpu. */
   int bf16_storage;
+  /* Under the bf16 policy, each adam_update also writes the bfloat16 copy of its weight that the products read,
+   * and the weight's cast runs only when that copy is stale (lower/weight_copies.c): one pass over the weights
+   * less per step. The copies stay allocated between runs. For the cpu backend (the run layer sets it there). */
+  int bf16_weight_copies;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

@@ -108,11 +108,13 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
     printf(" \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"gradient_accumulators\": %lld, "
            "\"activations_peak\": %lld, \"train_arena\": %lld, \"apply_arena\": %lld, \"eval_arena\": %lld, "
            "\"inputs\": %lld, \"host_buffers\": %lld, \"runtime\": %lld, \"allreduce_scratch\": %lld, "
-           "\"checkpoint_staging\": %lld, \"run_total\": %lld, \"bf16_activations\": %lld},\n",
+           "\"checkpoint_staging\": %lld, \"run_total\": %lld, \"bf16_activations\": %lld, "
+           "\"bf16_weight_copies\": %lld},\n",
            (long long)mem.parameters, (long long)mem.optimizer_state, (long long)mem.accumulators,
            (long long)activations, (long long)mem.train_arena, (long long)mem.apply_arena, (long long)mem.eval_arena,
            (long long)mem.inputs, (long long)mem.host, (long long)mem.runtime, (long long)mem.allreduce_scratch,
-           (long long)mem.staging, (long long)mem.total, (long long)stats->bf16_value_bytes);
+           (long long)mem.staging, (long long)mem.total, (long long)stats->bf16_value_bytes,
+           (long long)stats->bf16_weight_copy_bytes);
     printf(" \"flops_per_step\": %lld, \"collectives\": {", (long long)flops);
     for (int k = 0; k < MTF_COLL_KINDS; k++)
       printf("%s\"%s\": {\"calls\": %lld, \"bytes\": %lld}", k ? ", " : "", mtf_collective_name((mtf_collective_kind)k),
@@ -141,6 +143,9 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   if (stats->bf16_values)
     printf("bf16 activations: %d values of the training step stored as bfloat16, %.2f MiB per rank in all "
            "(backend.precision bf16 on cpu)\n", stats->bf16_values, stats->bf16_value_bytes / MiB);
+  if (stats->bf16_weight_copies)
+    printf("bf16 weight copies: %d weights' bfloat16 copies written by the optimizer and kept between steps, %.2f MiB "
+           "per rank (in the activations above)\n", stats->bf16_weight_copies, stats->bf16_weight_copy_bytes / MiB);
   printf("per rank in mtf train (peak resident, estimated): %.2f MiB = the total above", mem.total / MiB);
   if (cfg->data_eval[0]) printf(" + evaluation %.2f", mem.eval_arena / MiB);
   printf(" + inputs and loader rows %.2f + runtime %.2f (code, MPI, BLAS buffers) + ", (mem.inputs + mem.host) / MiB,

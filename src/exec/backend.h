@@ -19,6 +19,7 @@ typedef struct mtf_kernel_args {
   void *out;
   const void *in[MTF_MAX_OP_INPUTS];
   void *scratch;           /* step->scratch's arena buffer, or NULL */
+  void *bf16_copy;         /* adam_update: where round(out) goes as well (step->bf16_copy), or NULL */
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
   /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */
   const char *microbatch_dim;
@@ -76,8 +77,9 @@ struct mtf_backend {
   /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
    * the executor adds to its own. */
   const char *(*error_text)(mtf_backend *b);
-  /* 1 where its kernels read and write bf16-stored activations (mtf_plan_options.bf16_storage): a session
-   * refuses a plan that has them on a backend without. */
+  /* 1 where its kernels read and write bf16-stored activations (mtf_plan_options.bf16_storage) and its
+   * adam_update writes the bfloat16 weight copy (mtf_plan_options.bf16_weight_copies, mtf_kernel_args): a
+   * session refuses a plan that has them on a backend without. */
   int bf16_storage;
   /* Optional: how it multiplies bfloat16 operands (the backend line of a bf16 run). */
   const char *(*bf16_text)(mtf_backend *b);

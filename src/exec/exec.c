@@ -46,7 +46,14 @@ struct mtf_session {
   /* backend pjrt (mtf_session_create_spmd): the whole program on every device of the mesh; plan is then the
    * one-rank host plan, and the functions below hand their whole tensors to it. NULL on cpu. */
   struct mtf_pjrt_session *spmd;
+  /* bfloat16 weight copies (lower/weight_copies.c). The owner of the variables counts the writes to them
+   * (variables_version: every run of a session sharing them and every write from outside); a session whose
+   * plan's optimizer writes copies knows at which count it wrote them (copies_version, 0: never) and skips
+   * the weights' casts while nothing else has written the variables since. */
+  uint64_t variables_version, copies_version;
 };
+
+static mtf_session *variables_owner(mtf_session *s) { return s->owner ? s->owner : s; }
 
 #define ELEM 4 /* float32 and int32: variables, inputs and what the host reads and writes */
 
@@ -218,6 +225,13 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     rc = mtf_error_set(err, MTF_ERR_INVALID, "the plan stores %d activations as bfloat16 (mtf_plan_options.bf16_storage), "
                        "which backend '%s' does not read or write; make the plan without bf16_storage for it",
                        plan->stats.bf16_values, s->backend->name);
+    mtf_session_destroy(s);
+    return rc;
+  }
+  if (plan->stats.bf16_weight_copies > 0 && !s->backend->bf16_storage) {
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "the plan's optimizer writes bfloat16 copies of %d weights "
+                       "(mtf_plan_options.bf16_weight_copies), which backend '%s' does not; make the plan without "
+                       "bf16_weight_copies for it", plan->stats.bf16_weight_copies, s->backend->name);
     mtf_session_destroy(s);
     return rc;
   }
@@ -515,6 +529,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
                               .microbatch = s->microbatch, .microbatches = s->microbatches};
       for (int k = 0; k < st->n_in; k++) args.in[k] = buffer_data(s, st->in[k]);
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
+      if (st->bf16_copy > 0) args.bf16_copy = buffer_data(s, st->bf16_copy - 1);
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;
       if (rc != MTF_OK) {
@@ -566,8 +581,13 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
 int mtf_session_run(mtf_session *s, mtf_error *err) {
   SPMD(mtf_pjrt_session_run(s->spmd, s->random_offset, err));
   const mtf_plan *p = s->plan;
+  mtf_session *owner = variables_owner(s);
+  int copies_current = s->copies_version != 0 && s->copies_version == owner->variables_version;
+  owner->variables_version++; /* this run writes the variables (or may, for all the other sessions know) */
+  s->copies_version = 0;      /* until it has run to the end */
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
+    if (st->skip_when_copy_current && copies_current) continue;
     double start = s->profile ? mtf_now_seconds() : 0.0;
     int rc = run_step(s, st, err);
     if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
@@ -593,6 +613,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
       }
   }
   if (s->profile) mtf_profile_run(s->profile);
+  if (p->stats.bf16_weight_copies > 0) s->copies_version = owner->variables_version;
   /* Every START has its WAIT in the plan; a bucket still in flight here would be a planner bug. */
   if (s->n_in_flight > 0) {
     int bucket = s->in_flight[0];
@@ -628,12 +649,17 @@ const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
   return b >= 0 ? buffer_data(s, b) : NULL;
 }
 
-float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
+static float *variable_data(mtf_session *s, mtf_tensor t) {
   if (s->spmd) return NULL;
   int b = value_buffer(s, t);
   if (b < 0 || s->plan->graph->nodes[t].kind != MTF_OP_VARIABLE || s->plan->buffers[b].kind != MTF_BUF_VARIABLE)
     return NULL;
   return buffer_data(s, b);
+}
+
+float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
+  variables_owner(s)->variables_version++; /* the caller may write through the pointer */
+  return variable_data(s, t);
 }
 
 int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err) {
@@ -652,9 +678,10 @@ int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slic
     return mtf_pjrt_session_write_variable(s->spmd, var, slice, err);
   }
 #endif
-  float *data = mtf_session_variable_slice(s, var);
+  float *data = variable_data(s, var);
   if (!data) return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
   int b = value_buffer(s, var);
+  variables_owner(s)->variables_version++;
   int rc = s->backend->mem->upload(s->backend, data, slice, (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "write_variable: upload failed") : MTF_OK;
 }

@@ -20,6 +20,9 @@ struct mtf_lowering {
 int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, const int *fetches);
 /* Kernel steps of ops with overwrites_input write their value over a dying input 0 (overwrite.c). */
 void mtf_lw_overwrite_inputs(mtf_lowering *lw);
+/* adam_update steps also write the bfloat16 copy of their weight that the weight's cast made, which the
+ * cast then skips while it is current (weight_copies.c; mtf_plan_options.bf16_weight_copies). */
+void mtf_lw_weight_copies(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

@@ -99,7 +99,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   fetches[n_fetches - 1] = p->grad_norm;
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
                               .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
-                              .bf16_storage = mtf_program_bf16_storage(cfg)};
+                              .bf16_storage = mtf_program_bf16_storage(cfg),
+                              .bf16_weight_copies = mtf_program_bf16_storage(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);

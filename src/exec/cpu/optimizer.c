@@ -1,6 +1,7 @@
 /* CPU kernels of the fused optimizer ops (ops/optimizer_ops.c): one pass over the local slice, in float,
  * with the per-step scalars (decay, bias corrections) computed once per call. Inputs of one op share the
  * output's local shape (the ops' shape rule), so these are flat loops the compiler can vectorise. */
+#include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
 #include "ops/optimizer_ops.h"
 
@@ -27,7 +28,12 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   const float inv_c2 = (float)(1.0 / mtf_adam_bias_correction(st->params.adam.beta2, step));
   const float eps = st->params.adam.epsilon, wd = st->params.adam.weight_decay;
   float *out = a->out;
-  for (int64_t i = 0; i < n; i++) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+  mtf_bf16 *copy = a->bf16_copy; /* lower/weight_copies.c: rounded a block at a time, while it is in cache */
+  for (int64_t i0 = 0; i0 < n; i0 += MTF_CPU_BF16_BLOCK) {
+    int64_t end = n - i0 < MTF_CPU_BF16_BLOCK ? n : i0 + MTF_CPU_BF16_BLOCK;
+    for (int64_t i = i0; i < end; i++) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+    if (copy) mtf_cpu_round(out + i0, copy + i0, end - i0);
+  }
   return MTF_OK;
 }
 
