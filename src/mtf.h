@@ -407,7 +407,9 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t);
 /* Writable storage of a variable's slice on this rank (row-major over its slice shape), in the backend's
  * memory (host memory on the CPU backend only); NULL when t is not a variable this plan holds. Shared
- * variables are shared storage. Portable code uses mtf_session_write_variable. */
+ * variables are shared storage. Portable code uses mtf_session_write_variable. Write through it before the
+ * next run of a session on these variables: the call is what tells bf16 weight copies that the variables
+ * may change (mtf_plan_options.bf16_weight_copies). */
 float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t);
 /* Copies this rank's slice of a computed tensor or variable out of backend memory (mtf_plan_slice_elements
  * floats), or a variable's slice into it (checkpoints stage through these, so any backend works). */

@@ -53,7 +53,11 @@ struct mtf_session {
   uint64_t variables_version, copies_version;
 };
 
-static mtf_session *variables_owner(mtf_session *s) { return s->owner ? s->owner : s; }
+/* The session that allocated the variables: a session may share those of one that shares another's. */
+static mtf_session *variables_owner(mtf_session *s) {
+  while (s->owner) s = s->owner;
+  return s;
+}
 
 #define ELEM 4 /* float32 and int32: variables, inputs and what the host reads and writes */
 

@@ -3,7 +3,7 @@
  * is stale. Against the same graph planned without copies (its own session and variables, the same initial
  * values): the loss and every variable equal bit for bit over several runs, also after write_variable changes a
  * weight between runs (its copy is stale then: the cast must run again) and after another session sharing the
- * variables has run. The plan marks exactly the weights' casts and keeps their buffers for the whole run. On
+ * variables has run (one that shares them through a third session: the owner is the first). The plan marks exactly the weights' casts and keeps their buffers for the whole run. On
  * the job's mesh (argv[1], one axis), with the hidden dim whole and split. */
 #include <limits.h>
 #include <mpi.h>
@@ -86,8 +86,8 @@ static void run_case(const char *layout, const mtf_shape *mesh, mtf_comm *comm, 
   model m = build();
   mtf_error err;
   mtf_layout_rules rules;
-  mtf_plan *plan[2], *eval;
-  mtf_session *s[2], *reader;
+  mtf_plan *plan[2], *eval, *eval2;
+  mtf_session *s[2], *reader, *chained;
   mtf_session_options options = {.backend = "cpu", .poison_freed = 1};
   if (mtf_layout_rules_parse(layout, &rules, &err)) fail_job(layout, &err);
   for (int c = 0; c < 2; c++) { /* c = 1: with copies */
@@ -105,6 +105,11 @@ static void run_case(const char *layout, const mtf_shape *mesh, mtf_comm *comm, 
   if (mtf_plan_create_with_options(m.g, mesh, &rules, rank, 1, &m.loss, &plain, &eval, &err) ||
       mtf_session_create(eval, comm, &shared, &reader, &err))
     fail_job("shared session", &err);
+  mtf_session_options chain = options; /* shares s[1]'s variables through reader */
+  chain.share_variables_with = reader;
+  if (mtf_plan_create_with_options(m.g, mesh, &rules, rank, 1, &m.loss, &plain, &eval2, &err) ||
+      mtf_session_create(eval2, comm, &chain, &chained, &err))
+    fail_job("chained session", &err);
 
   /* Both sessions start from the same values (initialised from the graph's seed and global indices). */
   float init[2][2][D * H], x[B * D], lr = 0.05f;
@@ -127,7 +132,7 @@ static void run_case(const char *layout, const mtf_shape *mesh, mtf_comm *comm, 
       }
     if (run == 3) { /* the sharing session updates the variables: s[1]'s copies are stale; s[0] runs alike */
       for (int c = 0; c < 2; c++) {
-        mtf_session *who = c ? reader : s[0];
+        mtf_session *who = c ? chained : s[0];
         if (mtf_session_set_input(who, m.x, x, &err) || mtf_session_set_input(who, m.lr, &lr, &err) ||
             mtf_session_set_input(who, m.step, &step, &err) || mtf_session_run(who, &err))
           fail_job("shared run", &err);
@@ -148,6 +153,8 @@ static void run_case(const char *layout, const mtf_shape *mesh, mtf_comm *comm, 
   CHECK(same);
   if (rank == 0) printf("%s layout '%s': %d runs, loss and weights equal bit for bit with and without copies\n",
                         same ? "ok  " : "FAIL", layout, RUNS);
+  mtf_session_destroy(chained);
+  mtf_plan_destroy(eval2);
   mtf_session_destroy(reader);
   mtf_plan_destroy(eval);
   for (int c = 0; c < 2; c++) {
