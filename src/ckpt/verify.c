@@ -30,9 +30,11 @@ static void mark_bad(verify_ctx *ctx, const char *link) {
  * NULL or what is wrong. */
 static const char *checksum_in_blocks(hid_t dset, hid_t space, int rank, const hsize_t *dims, uint64_t *sum,
                                       uint64_t *nonfinite) {
-  uint64_t dims64[MTF_MAX_RANK], total = 1;
-  for (int d = 0; d < rank; d++) dims64[d] = dims[d], total = dims[d] && total > UINT64_MAX / dims[d] ? UINT64_MAX : total * dims[d];
-  if (total == 0) return NULL;
+  uint64_t dims64[MTF_MAX_RANK];
+  for (int d = 0; d < rank; d++) {
+    if (dims[d] == 0) return NULL;
+    dims64[d] = dims[d];
+  }
   int split = rank > 0 ? rank - 1 : 0;
   uint64_t inner = 1; /* elements of the dimensions after split */
   while (split > 0 && dims64[split] <= BLOCK_ELEMENTS / inner) inner *= dims64[split--];

@@ -115,12 +115,12 @@ int64_t mtf_attention_bf16_group(int64_t count, int64_t length) {
 
 int64_t mtf_attention_scratch_forward_bf16(int64_t count, int64_t length, int64_t depth) {
   int64_t rows = mtf_attention_block_rows(length), g = mtf_attention_bf16_group(count, length);
-  return 6 * bf16_words(g * length * depth) + g * rows * length + bf16_words(g * rows * length) + g * rows * depth;
+  return 5 * bf16_words(g * length * depth) + g * rows * length + bf16_words(g * rows * length) + g * rows * depth;
 }
 
 int64_t mtf_attention_scratch_backward_bf16(int64_t count, int64_t length, int64_t depth) {
   int64_t rows = mtf_attention_block_rows(length), g = mtf_attention_bf16_group(count, length);
-  return 7 * bf16_words(g * length * depth) + 4 * g * length * depth + 2 * g * length + 3 * g * rows * length +
+  return 6 * bf16_words(g * length * depth) + 4 * g * length * depth + 2 * g * length + 3 * g * rows * length +
          2 * bf16_words(g * rows * length);
 }
 

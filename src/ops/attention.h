@@ -63,10 +63,10 @@ int64_t mtf_attention_scratch_backward(int64_t length, int64_t depth);
  * mtf_attention_bf16_group(count, length) of the step's count problems at once (one product call per block
  * for the whole group; G R length stays within MTF_ATTENTION_BF16_GROUP_WORDS, a core's L2). Scratch words
  * (bf16 arrays take half a word per value, rounded up), laid out by the kernels as
- *   forward:  q as packed, q block-major, k, v, k's and v's prefix bf16 [G, length, depth] | scores
- *             [G, R, length] | weights bf16 [G, R, length] | o [G, R, depth]
- *   backward: q (then do) as packed, q, k, v, k's and v's prefix, do bf16 [G, length, depth] | dq, dk, dv,
- *             product [G, length, depth] | lse, delta [G, length] | p, p dropped, dp [G, R, length] |
+ *   forward:  q block-major, k, v, k's and v's prefix bf16 [G, length, depth] | scores [G, R, length] |
+ *             weights bf16 [G, R, length] | o [G, R, depth]
+ *   backward: q, k, v, k's and v's prefix, do bf16 [G, length, depth] (q, do block-major) | dq (block-major),
+ *             dk, dv, product [G, length, depth] | lse, delta [G, length] | p, p dropped, dp [G, R, length] |
  *             p dropped, ds bf16 [G, R, length] */
 #define MTF_ATTENTION_BF16_ROWS 128
 #define MTF_ATTENTION_BF16_GROUP_WORDS ((int64_t)1 << 17)

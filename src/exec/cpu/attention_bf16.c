@@ -9,8 +9,8 @@
  * needs no running rescale. Each product call covers a group of G problems (mtf_attention_bf16_group)
  * through oneDNN's batched matmul: its per-call cost is microseconds, comparable with a 128 x 256 x 64
  * product on AMX. G is small (a group's scores stay within 512 KiB, in the core's L2: larger groups,
- * streaming through memory, measured slower). Rows' elementwise work is split over the backend's threads. Forward: S = Q_i K^T, P = softmax (causal), O_i = P V. Backward
- * per block: S again, P = exp(scale S - lse), dV += (P R)^T dO_i, dP = dO_i V^T, dS = scale (P R dP - P
+ * streaming through memory, measured slower). Rows' elementwise work is split over the backend's threads.
+ * Forward: S = Q_i K^T, P = softmax (causal), O_i = P V. Backward per block: S again, P = exp(scale S - lse), dV += (P R)^T dO_i, dP = dO_i V^T, dS = scale (P R dP - P
  * delta), dQ_i = dS K, dK += dS^T Q_i. The scores of a block's rows above the diagonal are computed and then
  * zeroed, at most R / length of the work. */
 #include <math.h>
@@ -29,12 +29,13 @@ static int64_t words(int64_t n) { return (n + 1) / 2; }
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* x (float32, or bfloat16 where the plan stores it so: lower/storage.c) -> out [L, D] bfloat16 */
+/* Rows i0 .. i0 + n of problem b of x (float32, or bfloat16 where the plan stores it so: lower/storage.c)
+ * -> out [n, D] bfloat16 */
 static void pack_bf16(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b,
-                      mtf_bf16 *out) {
+                      int64_t i0, int64_t n, mtf_bf16 *out) {
   int64_t at = mtf_attention_base(&p->geo, v, b);
-  for (int64_t i = 0; i < p->L; i++) {
-    mtf_bf16 *dst = out + i * p->D;
+  for (int64_t i = i0; i < i0 + n; i++) {
+    mtf_bf16 *dst = out + (i - i0) * p->D;
     if (dtype == MTF_BF16) {
       const mtf_bf16 *row = (const mtf_bf16 *)x + at + i * v->pos_stride;
       if (v->depth_stride == 1) memcpy(dst, row, sizeof(mtf_bf16) * (size_t)p->D);
@@ -100,10 +101,10 @@ static float softmax_row(const problem *p, uint64_t mask_base, int64_t i, float 
  * memory rows, that prefix copied out ([n, n_mem, D]); q and dO block by block ([block][n, R, D], "block
  * major"), as is the dq the blocks write. */
 
-/* Packs problems b0 .. b0 + n of q, k, v or dO into [n, L, D] bfloat16. */
+/* Packs problems b0 .. b0 + n of k or v into [n, L, D] bfloat16. */
 static void pack_group(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b0,
                        int64_t n, mtf_bf16 *out) {
-  for (int64_t g = 0; g < n; g++) pack_bf16(p, x, dtype, v, b0 + g, out + g * p->L * p->D);
+  for (int64_t g = 0; g < n; g++) pack_bf16(p, x, dtype, v, b0 + g, 0, p->L, out + g * p->L * p->D);
 }
 
 /* Where row r of block i0 (nq rows) of problem g lies in a block-major array of n problems. */
@@ -111,18 +112,19 @@ static int64_t block_major(const problem *p, int64_t n, int64_t i0, int64_t nq, 
   return (n * i0 + g * nq + r) * p->D;
 }
 
-/* The problem-major [n, L, D] `in` rearranged block-major into out. */
-static void to_block_major(const problem *p, int64_t n, int64_t R, const mtf_bf16 *in, mtf_bf16 *out) {
+/* Packs problems b0 .. b0 + n of q or dO block-major (blocks of R rows) into out. */
+static void pack_group_block_major(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v,
+                                   int64_t b0, int64_t n, int64_t R, mtf_bf16 *out) {
   for (int64_t i0 = 0; i0 < p->L; i0 += R) {
     int64_t nq = min64(R, p->L - i0);
-    for (int64_t g = 0; g < n; g++)
-      memcpy(out + block_major(p, n, i0, nq, g, 0), in + (g * p->L + i0) * p->D, sizeof(mtf_bf16) * (size_t)(nq * p->D));
+    for (int64_t g = 0; g < n; g++) pack_bf16(p, x, dtype, v, b0 + g, i0, nq, out + block_major(p, n, i0, nq, g, 0));
   }
 }
 
 /* Memory rows 0 .. n_mem of the [n, L, D] `full`, back to back in `prefix` ([n, n_mem, D]); `full` itself
  * when that is all of it. */
-static const mtf_bf16 *memory_prefix(const problem *p, int64_t n, int64_t n_mem, const mtf_bf16 *full, mtf_bf16 *prefix) {
+static const mtf_bf16 *memory_prefix(const problem *p, int64_t n, int64_t n_mem, const mtf_bf16 *full,
+                                     mtf_bf16 *prefix) {
   if (n_mem == p->L) return full;
   for (int64_t g = 0; g < n; g++)
     memcpy(prefix + g * n_mem * p->D, full + g * p->L * p->D, sizeof(mtf_bf16) * (size_t)(n_mem * p->D));
@@ -164,15 +166,14 @@ int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel
   int64_t L = p.L, D = p.D, LD = L * D, R = mtf_attention_block_rows(L), G = mtf_attention_bf16_group(p.geo.count, L);
   int64_t GLD = words(G * LD);
   float *w = a->scratch, *out = a->out;
-  mtf_bf16 *Qp = (mtf_bf16 *)w, *Q = (mtf_bf16 *)(w + GLD), *K = (mtf_bf16 *)(w + 2 * GLD),
-           *V = (mtf_bf16 *)(w + 3 * GLD), *Kpre = (mtf_bf16 *)(w + 4 * GLD), *Vpre = (mtf_bf16 *)(w + 5 * GLD);
-  float *S = w + 6 * GLD;
+  mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + GLD), *V = (mtf_bf16 *)(w + 2 * GLD),
+           *Kpre = (mtf_bf16 *)(w + 3 * GLD), *Vpre = (mtf_bf16 *)(w + 4 * GLD);
+  float *S = w + 5 * GLD;
   mtf_bf16 *P = (mtf_bf16 *)(S + G * R * L);
   float *O = S + G * R * L + words(G * R * L);
   for (int64_t b0 = 0; b0 < p.geo.count; b0 += G) {
     int64_t n = min64(G, p.geo.count - b0);
-    pack_group(&p, a->in[0], st->in_dtype[0], &vq, b0, n, Qp);
-    to_block_major(&p, n, R, Qp, Q);
+    pack_group_block_major(&p, a->in[0], st->in_dtype[0], &vq, b0, n, R, Q);
     pack_group(&p, a->in[1], st->in_dtype[1], &vk, b0, n, K);
     pack_group(&p, a->in[2], st->in_dtype[2], &vk, b0, n, V);
     for (int64_t i0 = 0; i0 < L; i0 += R) {
@@ -232,20 +233,17 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
   int64_t L = p.L, D = p.D, R = mtf_attention_block_rows(L), LD = L * D, G = mtf_attention_bf16_group(p.geo.count, L);
   int64_t GLD = words(G * LD);
   float *w = a->scratch;
-  mtf_bf16 *Qp = (mtf_bf16 *)w, *Q = (mtf_bf16 *)(w + GLD), *K = (mtf_bf16 *)(w + 2 * GLD),
-           *V = (mtf_bf16 *)(w + 3 * GLD), *Kpre = (mtf_bf16 *)(w + 4 * GLD), *Vpre = (mtf_bf16 *)(w + 5 * GLD),
-           *dO = (mtf_bf16 *)(w + 6 * GLD);
-  float *dQ = w + 7 * GLD, *dK = dQ + G * LD, *dV = dK + G * LD, *T = dV + G * LD, *lse = T + G * LD,
+  mtf_bf16 *Q = (mtf_bf16 *)w, *K = (mtf_bf16 *)(w + GLD), *V = (mtf_bf16 *)(w + 2 * GLD),
+           *Kpre = (mtf_bf16 *)(w + 3 * GLD), *Vpre = (mtf_bf16 *)(w + 4 * GLD), *dO = (mtf_bf16 *)(w + 5 * GLD);
+  float *dQ = w + 6 * GLD, *dK = dQ + G * LD, *dV = dK + G * LD, *T = dV + G * LD, *lse = T + G * LD,
         *delta = lse + G * L;
   float *Pf = delta + G * L, *PRf = Pf + G * R * L, *dP = PRf + G * R * L;
   mtf_bf16 *PRb = (mtf_bf16 *)(dP + G * R * L), *dS = (mtf_bf16 *)(dP + G * R * L + words(G * R * L));
   const float *F = a->in[3], *dF = a->in[4];
   for (int64_t b0 = 0; b0 < p.geo.count; b0 += G) {
     int64_t n = min64(G, p.geo.count - b0);
-    pack_group(&p, a->in[0], st->in_dtype[0], &vq, b0, n, Qp);
-    to_block_major(&p, n, R, Qp, Q);
-    pack_group(&p, dF, MTF_F32, &vd[0], b0, n, Qp);
-    to_block_major(&p, n, R, Qp, dO);
+    pack_group_block_major(&p, a->in[0], st->in_dtype[0], &vq, b0, n, R, Q);
+    pack_group_block_major(&p, dF, MTF_F32, &vd[0], b0, n, R, dO);
     pack_group(&p, a->in[1], st->in_dtype[1], &vk, b0, n, K);
     pack_group(&p, a->in[2], st->in_dtype[2], &vk, b0, n, V);
     for (int64_t g = 0; g < n; g++) {
@@ -272,7 +270,8 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
       MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, n_mem, D, 0, 1, dOi, nq * D, Vm, n_mem * D, dP, block));
       rows.phase = 1;
       mtf_cpu_parallel_for(nt, n * nq, backward_rows_chunk, &rows);
-      MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, D, n_mem, 0, 0, dS, block, Km, n_mem * D, dQ + at, nq * D));
+      MTF_CHECK(
+          mtf_cpu_bf16_product_batch(be->threads, n, nq, D, n_mem, 0, 0, dS, block, Km, n_mem * D, dQ + at, nq * D));
       MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, n_mem, D, nq, 1, 0, dS, block, Qi, nq * D, T, n_mem * D));
       for (int64_t g = 0; g < n; g++) add_into(dK + g * LD, T + g * n_mem * D, n_mem * D);
       store_block_major(&p, dQ, &vg[0], b0, n, i0, nq, a->out);
