@@ -142,7 +142,8 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
            mem.train_arena / MiB, mem.apply_arena / MiB);
   if (stats->bf16_values)
     printf("bf16 activations: %d values of the training step stored as bfloat16, %.2f MiB per rank in all "
-           "(backend.precision bf16 on cpu)\n", stats->bf16_values, stats->bf16_value_bytes / MiB);
+           "(backend.precision bf16 on %s)\n", stats->bf16_values, stats->bf16_value_bytes / MiB,
+           cfg->backend[0] ? cfg->backend : "cpu");
   if (stats->bf16_weight_copies)
     printf("bf16 weight copies: %d weights' bfloat16 copies written by the optimizer and kept between steps, %.2f MiB "
            "per rank (in the activations above)\n", stats->bf16_weight_copies, stats->bf16_weight_copy_bytes / MiB);

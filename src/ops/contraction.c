@@ -137,8 +137,11 @@ static int64_t einsum_scratch(const mtf_step *s) {
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&s->in_shape[0], &s->in_shape[1], &s->out_shape, &d);
   int64_t n = d.scratch_elements;
-  if (s->in_dtype[0] == MTF_BF16 && (d.a_summed || d.b_summed || d.a_packed || d.b_packed))
-    n += mtf_shape_num_elements(&s->in_shape[0]) + mtf_shape_num_elements(&s->in_shape[1]);
+  int bf16 = s->in_dtype[0] == MTF_BF16, widened = bf16 && (d.a_summed || d.b_summed || d.a_packed || d.b_packed);
+  if (widened) n += mtf_shape_num_elements(&s->in_shape[0]) + mtf_shape_num_elements(&s->in_shape[1]);
+  /* a float32 product whose bf16-stored result (lower/storage.c) is not unpacked from the GEMM's own scratch:
+   * formed in fp32 here, then rounded (a GEMM of bfloat16 operands rounds its result itself) */
+  if (s->out_dtype == MTF_BF16 && (!bf16 || widened) && !d.c_packed) n += mtf_shape_num_elements(&s->out_shape);
   return n;
 }
 

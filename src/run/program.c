@@ -74,10 +74,11 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
-/* Whether plans store bf16-policy activations as bfloat16 (mtf_plan_options.bf16_storage): the cpu
- * backend's kernels read and write them so; cuda and pjrt take float32 activations and casts. */
+/* Whether plans store bf16-policy activations as bfloat16 (mtf_plan_options.bf16_storage): the cpu and cuda
+ * backends' kernels read and write them so (mtf_backend.bf16_storage); pjrt takes float32 activations and casts. */
 int mtf_program_bf16_storage(const mtf_config *cfg) {
-  return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0;
+  /* "cuda-emu" (tests) is the cuda backend's own kernels run on the host */
+  return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }
 
 /* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */

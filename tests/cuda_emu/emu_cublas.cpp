@@ -53,6 +53,9 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
   if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
       k < 0 || batch < 0 || !is_float_type(at) || !is_float_type(bt) || !is_float_type(ct))
     return CUBLAS_STATUS_INVALID_VALUE;
+  /* cuBLAS's type combinations for an fp32 compute type: A and B of one type, and a bfloat16 C only from
+   * bfloat16 A and B (there is no fp32 x fp32 -> bf16 GEMM) */
+  if (at != bt || (ct == CUDA_R_16BF && at != CUDA_R_16BF)) return CUBLAS_STATUS_NOT_SUPPORTED;
   int a_rows = ta == CUBLAS_OP_N ? m : k, a_cols = ta == CUBLAS_OP_N ? k : m;
   int b_rows = tb == CUBLAS_OP_N ? k : n, b_cols = tb == CUBLAS_OP_N ? n : k;
   if (lda < (a_rows > 1 ? a_rows : 1) || ldb < (b_rows > 1 ? b_rows : 1) || ldc < (m > 1 ? m : 1))

@@ -282,6 +282,31 @@ static void test_gemm(void) {
   EXPECT(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, A, 3, dB, 2, &zero, dC, 3) == CUBLAS_STATUS_EXECUTION_FAILED,
          "a host operand accepted");
   cudaGetLastError();
+  /* A bfloat16 C (the einsum's bf16-stored results): the fp32 accumulation rounded once; fp32 operands with a
+   * bf16 C are refused as cuBLAS refuses them. A = [[1 + 2^-7, 3], [1, 4]] (column-major 1 + 2^-7, 1, 3, 4),
+   * B = (1, 1): C = (4 + 2^-7, 5), and 4 + 2^-7 is not a bfloat16 (2^-7 is below half an ulp of 4, 2^-6): it
+   * rounds to 4. */
+  float A2[4] = {1.0078125f, 1.0f, 3.0f, 4.0f}, B2[2] = {1.0f, 1.0f};
+  __nv_bfloat16 A2b[4], B2b[2], C2b[2];
+  for (int i = 0; i < 4; i++) A2b[i] = __float2bfloat16(A2[i]);
+  for (int i = 0; i < 2; i++) B2b[i] = __float2bfloat16(B2[i]);
+  void *dA2, *dB2, *dC2;
+  cudaMalloc(&dA2, sizeof A2b);
+  cudaMalloc(&dB2, sizeof B2b);
+  cudaMalloc(&dC2, sizeof C2b);
+  cudaMemcpy(dA2, A2b, sizeof A2b, cudaMemcpyHostToDevice);
+  cudaMemcpy(dB2, B2b, sizeof B2b, cudaMemcpyHostToDevice);
+  EXPECT(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 1, 2, &one, dA2, CUDA_R_16BF, 2, dB2, CUDA_R_16BF, 2, &zero, dC2,
+                      CUDA_R_16BF, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS, "bf16 C GEMM");
+  cudaMemcpy(C2b, dC2, sizeof C2b, cudaMemcpyDeviceToHost);
+  EXPECT(__bfloat162float(C2b[0]) == 4.0f && __bfloat162float(C2b[1]) == 5.0f, "bf16 C: %g %g (want 4 5)",
+         __bfloat162float(C2b[0]), __bfloat162float(C2b[1]));
+  EXPECT(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 3, 1, 2, &one, dA, CUDA_R_32F, 3, dB, CUDA_R_32F, 2, &zero, dC2,
+                      CUDA_R_16BF, 3, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED,
+         "fp32 x fp32 -> bf16 GEMM accepted (cuBLAS has none)");
+  cudaFree(dA2);
+  cudaFree(dB2);
+  cudaFree(dC2);
   cudaFree(dA);
   cudaFree(dB);
   cudaFree(dC);

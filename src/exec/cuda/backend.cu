@@ -305,6 +305,7 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->destroy = cuda_destroy;
   b->error_text = cuda_error_text;
   b->device_comm = mtf_cuda_device_comm; /* collectives on device memory: NCCL or staged MPI (cuda_comm.cu) */
+  b->bf16_storage = 1; /* the kernels read and write bf16-stored activations; adam_update writes weight copies */
   b->ctx = c;
   c->device = device;
   c->tf32 = options->tf32;

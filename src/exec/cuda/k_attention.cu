@@ -43,6 +43,7 @@ typedef struct att_problem {
   int64_t batch_size[MTF_MAX_RANK], mask_global[MTF_MAX_RANK], mask_offset[MTF_MAX_RANK];
   int64_t count, L, D, tiles;
   int T, dropout, bf16;
+  int q_bf16, k_bf16, v_bf16; /* q, k, v bf16-stored (step in_dtype, lower/storage.c) */
   uint64_t seed, key;
   float keep, drop_scale, scale;
 } att_problem;
@@ -104,6 +105,9 @@ static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
   p->drop_scale = mask.scale;
   p->scale = pa->attention.scale;
   p->bf16 = pa->attention.bf16;
+  p->q_bf16 = k_in_bf16(st, 0);
+  p->k_bf16 = k_in_bf16(st, 1);
+  p->v_bf16 = k_in_bf16(st, 2);
   return MTF_OK;
 }
 
@@ -136,12 +140,12 @@ __device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t
 /* A product operand: rounded to bfloat16 under the bf16 policy. */
 __device__ inline float operand(const att_problem &p, float x) { return p.bf16 ? mtf_bf16_round(x) : x; }
 
-/* rows [row0, row0 + n) of a [L, D] operand into tile[n][D]. */
-__device__ inline void load_tile(const att_problem &p, const float *x, const att_view &v, int64_t base, int64_t row0,
-                                 int64_t n, int64_t D, float *tile) {
+/* rows [row0, row0 + n) of a [L, D] operand, float32 or bf16-stored (x_bf16), into tile[n][D]. */
+__device__ inline void load_tile(const att_problem &p, const void *x, int x_bf16, const att_view &v, int64_t base,
+                                 int64_t row0, int64_t n, int64_t D, float *tile) {
   for (int64_t e = threadIdx.x; e < n * D; e += blockDim.x) {
     int64_t r = e / D, d = e % D;
-    tile[e] = operand(p, x[base + (row0 + r) * v.pos + d * v.depth]);
+    tile[e] = operand(p, k_load(x, x_bf16, base + (row0 + r) * v.pos + d * v.depth));
   }
 }
 
@@ -152,8 +156,8 @@ __device__ inline float dot(const float *a, const float *b, int64_t D) {
 }
 
 /* ---- forward: in q, k, v; out F = [o | lse] ---- */
-__global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_view vo, att_view vl, const float *q,
-                                   const float *k, const float *v, float *out) {
+__global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_view vo, att_view vl, const void *q,
+                                   const void *k, const void *v, float *out) {
   MTF_DYNAMIC_SHARED(unsigned char, shared);
   const int64_t T = p.T, D = p.D, L = p.L;
   double *l = (double *)shared;
@@ -163,14 +167,14 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
     int64_t b = unit / p.tiles, i0 = unit % p.tiles * T, nq = L - i0 < T ? L - i0 : T;
     int64_t bq = view_base(p, vq, b), bk = view_base(p, vk, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
-    load_tile(p, q, vq, bq, i0, nq, D, Q);
+    load_tile(p, q, p.q_bf16, vq, bq, i0, nq, D, Q);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) acc[e] = 0.0f;
     for (int64_t r = threadIdx.x; r < T; r += blockDim.x) m[r] = -INFINITY, l[r] = 0.0;
     __syncthreads();
     for (int64_t j0 = 0; j0 < i0 + nq; j0 += T) {
       int64_t nk = L - j0 < T ? L - j0 : T;
-      load_tile(p, k, vk, bk, j0, nk, D, K);
-      load_tile(p, v, vk, bk, j0, nk, D, V);
+      load_tile(p, k, p.k_bf16, vk, bk, j0, nk, D, K);
+      load_tile(p, v, p.v_bf16, vk, bk, j0, nk, D, V);
       __syncthreads();
       for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
         int64_t r = e / T, c = e % T;
@@ -216,7 +220,7 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
   MTF_LAUNCH(k_attention_kernel, k_row_blocks(units), K_THREADS, forward_bytes(p.T, p.D), K_STREAM(b), p, vq, vk, vo,
-             vl, (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (float *)a->out);
+             vl, a->in[0], a->in[1], a->in[2], (float *)a->out);
   K_DONE(b, "attention");
 }
 
@@ -225,7 +229,7 @@ typedef struct att_grad_views {
   att_view q, k, o, lse, dO, dlse, dq, dk, dv;
 } att_grad_views;
 
-__global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const float *q, const float *k, const float *v,
+__global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
                                         const float *F, const float *dF, float *out) {
   MTF_DYNAMIC_SHARED(unsigned char, shared);
   const int64_t T = p.T, D = p.D, L = p.L;
@@ -237,14 +241,14 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const f
     int64_t bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b), bdl = view_base(p, w.dlse, b);
     int64_t bdq = view_base(p, w.dq, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
-    load_tile(p, k, w.k, bk, j0, nk, D, K);
-    load_tile(p, v, w.k, bk, j0, nk, D, V);
+    load_tile(p, k, p.k_bf16, w.k, bk, j0, nk, D, K);
+    load_tile(p, v, p.v_bf16, w.k, bk, j0, nk, D, V);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     __syncthreads();
     for (int64_t i0 = j0; i0 < L; i0 += T) { /* query tiles at or below the diagonal */
       int64_t nq = L - i0 < T ? L - i0 : T;
-      load_tile(p, q, w.q, bq, i0, nq, D, Q);
-      load_tile(p, dF, w.dO, bdo, i0, nq, D, dO);
+      load_tile(p, q, p.q_bf16, w.q, bq, i0, nq, D, Q);
+      load_tile(p, dF, 0, w.dO, bdo, i0, nq, D, dO);
       __syncthreads();
       for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
         double dsum = 0.0, extra = 0.0;
@@ -321,8 +325,7 @@ static int k_attention_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
   MTF_LAUNCH(k_attention_grad_kernel, k_row_blocks(units), K_THREADS, backward_bytes(p.T, p.D), K_STREAM(b), p, w,
-             (const float *)a->in[0], (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3],
-             (const float *)a->in[4], (float *)a->out);
+             a->in[0], a->in[1], a->in[2], (const float *)a->in[3], (const float *)a->in[4], (float *)a->out);
   K_DONE(b, "attention_grad");
 }
 

@@ -14,6 +14,7 @@
 #include "exec/cuda/cuda_kernel.h"
 
 extern "C" {
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "core/shape.h"
 #include "exec/rows.h"
@@ -94,6 +95,20 @@ __host__ __device__ inline int64_t k_walk_offset(const k_walk &w, int k, int64_t
 __host__ __device__ inline int64_t k_index(const void *ids, int is_i32, int64_t i) {
   return is_i32 ? (int64_t)((const int32_t *)ids)[i] : (int64_t)rintf(((const float *)ids)[i]);
 }
+
+/* Element i of a float32 tensor, or of a bfloat16-stored one (bf16: the step's dtype is MTF_BF16, lower/storage.c),
+ * as a float: the kernels' math is fp32 either way. */
+__host__ __device__ inline float k_load(const void *p, int bf16, int64_t i) {
+  return bf16 ? mtf_float_from_bf16(((const mtf_bf16 *)p)[i]) : ((const float *)p)[i];
+}
+/* v into element i, rounded to bfloat16 (core/bf16.h, the CPU's bits) where the value is bf16-stored. */
+__host__ __device__ inline void k_store(void *p, int bf16, int64_t i, float v) {
+  if (bf16) ((mtf_bf16 *)p)[i] = mtf_bf16_from_float(v);
+  else ((float *)p)[i] = v;
+}
+/* Whether a step's input k or output is bf16-stored. */
+static inline int k_in_bf16(const mtf_step *st, int k) { return st->in_dtype[k] == MTF_BF16; }
+static inline int k_out_bf16(const mtf_step *st) { return st->out_dtype == MTF_BF16; }
 
 /* The kernels' running maximum: `v > m ? v : m`, so a NaN element is skipped (the CPU's mtf_max_step). */
 __host__ __device__ inline float k_max_step(float m, float v) { return v > m ? v : m; }

@@ -1,6 +1,7 @@
 /* CUDA kernels of the elementwise, source and structural ops: constant, range, broadcast, binary, unary,
  * one_hot, random_keep (core/rng's counter hash over global indices, as the CPU), masked_fill, where,
- * to_float, take and cast (float32 <-> bfloat16 by core/bf16.h's rounding, so the bits are the CPU's). One
+ * to_float, take and cast (float32 <-> bfloat16 by core/bf16.h's rounding, so the bits are the CPU's; binary,
+ * unary and take also write bf16-stored values, unary reads them: k_load / k_store). One
  * thread per output element in grid-stride loops; operands are read through a k_walk (strides by name), so
  * broadcasting by name is the same code as the plain case. Reshape, rename and
  * stop_gradient have no kernel: lowering aliases their buffers. */
@@ -71,12 +72,14 @@ __global__ void k_broadcast_kernel(k_walk w, int64_t n, const float *in, float *
   MTF_GRID_STRIDE(e, n) out[e] = in[k_walk_offset(w, 0, e)];
 }
 
-__global__ void k_binary_kernel(k_walk w, int64_t n, int kind, const float *x, const float *y, float *out) {
-  MTF_GRID_STRIDE(e, n) out[e] = k_binary_value(kind, x[k_walk_offset(w, 0, e)], y[k_walk_offset(w, 1, e)]);
+/* out_bf16 / in_bf16: a bf16-stored output or argument (lower/storage.c), fp32 math either way. */
+__global__ void k_binary_kernel(k_walk w, int64_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
+  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_binary_value(kind, x[k_walk_offset(w, 0, e)], y[k_walk_offset(w, 1, e)]));
 }
 
-__global__ void k_unary_kernel(int64_t n, int kind, float alpha, float beta, const float *in, float *out) {
-  MTF_GRID_STRIDE(e, n) out[e] = k_unary_value(kind, alpha, beta, in[e]);
+__global__ void k_unary_kernel(int64_t n, int kind, float alpha, float beta, const void *in, int in_bf16, void *out,
+                               int out_bf16) {
+  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_unary_value(kind, alpha, beta, k_load(in, in_bf16, e)));
 }
 
 /* out[e] = 1 where the id at e (the input has every output dim but the one-hot dim) is that dim's global
@@ -129,8 +132,9 @@ __global__ void k_to_float_kernel(int64_t n, const void *in, int is_i32, float *
 }
 
 /* [outer, size, inner] -> [outer, inner] at `index` of the middle dim. */
-__global__ void k_take_kernel(int64_t n, int64_t inner, int64_t size, int64_t index, const float *in, float *out) {
-  MTF_GRID_STRIDE(e, n) out[e] = in[((e / inner) * size + index) * inner + e % inner];
+__global__ void k_take_kernel(int64_t n, int64_t inner, int64_t size, int64_t index, const float *in, void *out,
+                              int out_bf16) {
+  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, in[((e / inner) * size + index) * inner + e % inner]);
 }
 
 __global__ void k_to_bf16_kernel(int64_t n, const float *in, mtf_bf16 *out) {
@@ -176,14 +180,14 @@ static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
   k_walk_coalesce(&w, 2);
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_binary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (int)st->params.binary.fn,
-             (const float *)a->in[0], (const float *)a->in[1], (float *)a->out);
+             (const float *)a->in[0], (const float *)a->in[1], a->out, k_out_bf16(st));
   K_DONE(b, "binary");
 }
 
 static int k_unary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_unary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (int)st->params.unary.fn,
-             st->params.unary.alpha, st->params.unary.beta, (const float *)a->in[0], (float *)a->out);
+             st->params.unary.alpha, st->params.unary.beta, a->in[0], k_in_bf16(st, 0), a->out, k_out_bf16(st));
   K_DONE(b, "unary");
 }
 
@@ -253,7 +257,7 @@ static int k_take(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   for (int i = d + 1; i < x->rank; i++) inner *= x->dims[i].size;
   int64_t n = count_of(&st->out_shape);
   MTF_LAUNCH(k_take_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, inner, x->dims[d].size,
-             (int64_t)st->params.take.index, (const float *)a->in[0], (float *)a->out);
+             (int64_t)st->params.take.index, (const float *)a->in[0], a->out, k_out_bf16(st));
   K_DONE(b, "take");
 }
 

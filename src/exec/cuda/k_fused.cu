@@ -12,15 +12,16 @@ MTF_CUDA_BEGIN
 #define ROW_LOOP(row, r) for (int64_t row = blockIdx.x; row < (r).count; row += gridDim.x)
 #define ROW_ELEMENTS(j, r) for (int64_t j = threadIdx.x; j < (r).len; j += blockDim.x)
 
-__device__ inline float row_max(const float *p, const mtf_rows &r) {
+/* A row's maximum and sum of exp(x - max); x from `base`, float32 or bf16-stored (k_load). */
+__device__ inline float row_max(const void *x, int bf16, int64_t base, const mtf_rows &r) {
   float m = -INFINITY;
-  ROW_ELEMENTS(j, r) m = k_max_step(m, p[j * r.inner]);
+  ROW_ELEMENTS(j, r) m = k_max_step(m, k_load(x, bf16, base + j * r.inner));
   return mtf_block_max(m);
 }
 
-__device__ inline double row_sum_exp(const float *p, const mtf_rows &r, float max) {
+__device__ inline double row_sum_exp(const void *x, int bf16, int64_t base, const mtf_rows &r, float max) {
   double s = 0.0;
-  ROW_ELEMENTS(j, r) s += (double)expf(p[j * r.inner] - max);
+  ROW_ELEMENTS(j, r) s += (double)expf(k_load(x, bf16, base + j * r.inner) - max);
   return mtf_block_sum_double(s);
 }
 
@@ -36,12 +37,12 @@ __global__ void k_softmax_kernel(mtf_rows r, int phase, int log_form, const floa
       m = max_in[row];
       sum = sum_in[row];
     } else {
-      m = phase == MTF_PHASE_STATS ? max_in[row] : row_max(p, r);
+      m = phase == MTF_PHASE_STATS ? max_in[row] : row_max(x, 0, base, r);
       if (phase == MTF_PHASE_MAX) {
         if (threadIdx.x == 0) out[row] = m;
         continue;
       }
-      sum = row_sum_exp(p, r, m);
+      sum = row_sum_exp(x, 0, base, r, m);
       if (phase == MTF_PHASE_STATS) {
         if (threadIdx.x == 0) out[row] = (float)sum;
         continue;
@@ -68,8 +69,10 @@ static int k_softmax(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
 
 /* ---- layer / RMS norm: (x - mean) * rsqrt(mean((x - mean)^2) + eps), mean 0 for RMS; n the dim's global
  * size; all in double as the CPU ---- */
+/* The normalised rows (WHOLE, APPLY) go to out as float32 or bf16-stored (out_bf16); statistics as float32. */
 __global__ void k_norm_kernel(mtf_rows r, int phase, int layer, double n, float eps, const float *x, const float *in1,
-                              const float *in2, float *out) {
+                              const float *in2, void *out_, int out_bf16) {
+  float *out = (float *)out_;
   ROW_LOOP(row, r) {
     int64_t base = mtf_row_base(&r, row);
     const float *p = x + base;
@@ -103,8 +106,7 @@ __global__ void k_norm_kernel(mtf_rows r, int phase, int layer, double n, float 
       }
     }
     double inv = 1.0 / sqrt(squares / n + eps);
-    float *y = out + base;
-    ROW_ELEMENTS(j, r) y[j * r.inner] = (float)(((double)p[j * r.inner] - mean) * inv);
+    ROW_ELEMENTS(j, r) k_store(out_, out_bf16, base + j * r.inner, (float)(((double)p[j * r.inner] - mean) * inv));
   }
 }
 
@@ -116,7 +118,8 @@ static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   const float *in1 = st->phase >= MTF_PHASE_STATS ? (const float *)a->in[1] : NULL;
   const float *in2 = st->phase == MTF_PHASE_APPLY && layer ? (const float *)a->in[2] : NULL;
   MTF_LAUNCH(k_norm_kernel, k_row_blocks(r.count), K_THREADS, 0, K_STREAM(b), r, (int)st->phase, layer, n,
-             st->params.norm.epsilon, (const float *)a->in[0], in1, in2, (float *)a->out);
+             st->params.norm.epsilon, (const float *)a->in[0], in1, in2, a->out,
+             (st->phase == MTF_PHASE_WHOLE || st->phase == MTF_PHASE_APPLY) && k_out_bf16(st));
   K_DONE(b, "norm");
 }
 
@@ -132,27 +135,27 @@ __device__ inline float xent_value(const xent_params &x, double lse, double targ
   return (float)((1.0 - x.eps) * (lse - target) + smooth + x.z * lse * lse);
 }
 
-/* WHOLE (in: logits, labels), MAX (in: logits), STATS (in: logits, max, labels). */
-__global__ void k_xent_kernel(mtf_rows r, int phase, xent_params xp, const float *x, const float *max_in,
+/* WHOLE (in: logits, labels), MAX (in: logits), STATS (in: logits, max, labels); the logits float32 or
+ * bf16-stored (x_bf16). */
+__global__ void k_xent_kernel(mtf_rows r, int phase, xent_params xp, const void *x, int x_bf16, const float *max_in,
                               const void *labels, int labels_i32, float *out) {
   ROW_LOOP(row, r) {
     int64_t base = mtf_row_base(&r, row);
-    const float *p = x + base;
-    float m = phase == MTF_PHASE_STATS ? max_in[row] : row_max(p, r);
+    float m = phase == MTF_PHASE_STATS ? max_in[row] : row_max(x, x_bf16, base, r);
     if (phase == MTF_PHASE_MAX) {
       if (threadIdx.x == 0) out[row] = m;
       continue;
     }
-    double sum = row_sum_exp(p, r, m);
+    double sum = row_sum_exp(x, x_bf16, base, r, m);
     double sum_x = 0.0;
     if (xp.eps != 0.0) {
       double s = 0.0;
-      ROW_ELEMENTS(j, r) s += p[j * r.inner];
+      ROW_ELEMENTS(j, r) s += k_load(x, x_bf16, base + j * r.inner);
       sum_x = mtf_block_sum_double(s);
     }
     if (threadIdx.x != 0) continue;
     int64_t local = k_index(labels, labels_i32, row) - xp.dim_offset;
-    double target = local >= 0 && local < r.len ? p[local * r.inner] : 0.0;
+    double target = local >= 0 && local < r.len ? k_load(x, x_bf16, base + local * r.inner) : 0.0;
     if (phase == MTF_PHASE_STATS) {
       out[row] = (float)sum;
       out[r.count + row] = (float)target;
@@ -190,7 +193,7 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   const void *labels = st->phase == MTF_PHASE_MAX ? NULL : a->in[li];
   int labels_i32 = st->phase == MTF_PHASE_MAX ? 0 : st->in_dtype[li] == MTF_I32;
   MTF_LAUNCH(k_xent_kernel, k_row_blocks(r.count), K_THREADS, 0, K_STREAM(b), r, (int)st->phase, xp,
-             (const float *)a->in[0], st->phase == MTF_PHASE_STATS ? (const float *)a->in[1] : NULL, labels,
+             a->in[0], k_in_bf16(st, 0), st->phase == MTF_PHASE_STATS ? (const float *)a->in[1] : NULL, labels,
              labels_i32, (float *)a->out);
   K_DONE(b, "softmax_cross_entropy");
 }

@@ -126,8 +126,12 @@ typedef struct xent_grad_params {
   int carries;
 } xent_grad_params;
 
-__global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, const float *x, const void *labels,
-                                   int labels_i32, const float *in1, const float *in2, float *out) {
+/* The logits float32 or bf16-stored (x_bf16), dlogits too (out_bf16: WHOLE and APPLY write them); out may be
+ * x's buffer (the op table's overwrites_input): each element is read before its thread writes it. */
+__global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, const void *x, int x_bf16,
+                                   const void *labels, int labels_i32, const float *in1, const float *in2, void *out_,
+                                   int out_bf16) {
+  float *out = (float *)out_;
   ROW_LOOP(row, r) {
     int64_t b = mtf_row_base(&r, row);
     float m, dy;
@@ -141,7 +145,7 @@ __global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, c
         m = in1[row];
       } else {
         float mx = -INFINITY;
-        ROW_ELEMENTS(j, r) mx = k_max_step(mx, x[b + j * r.inner]);
+        ROW_ELEMENTS(j, r) mx = k_max_step(mx, k_load(x, x_bf16, b + j * r.inner));
         m = mtf_block_max(mx);
         if (phase == MTF_PHASE_MAX) {
           if (threadIdx.x == 0) out[row] = m;
@@ -149,7 +153,7 @@ __global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, c
         }
       }
       double s = 0.0;
-      ROW_ELEMENTS(j, r) s += (double)expf(x[b + j * r.inner] - m);
+      ROW_ELEMENTS(j, r) s += (double)expf(k_load(x, x_bf16, b + j * r.inner) - m);
       sum = mtf_block_sum_double(s);
       if (phase == MTF_PHASE_STATS) {
         if (threadIdx.x == 0) {
@@ -167,10 +171,10 @@ __global__ void k_xent_grad_kernel(mtf_rows r, int phase, xent_grad_params xp, c
     int64_t local = k_index(labels, labels_i32, row) - xp.dim_offset;
     ROW_ELEMENTS(j, r) {
       int64_t i = b + j * r.inner;
-      float v = expf(x[i] - m) * scale;
+      float v = expf(k_load(x, x_bf16, i) - m) * scale;
       if (xp.eps != 0.0f) v -= uniform;
       if (j == local) v -= (1.0f - xp.eps) * dy;
-      out[i] = v;
+      k_store(out_, out_bf16, i, v);
     }
   }
 }
@@ -186,19 +190,21 @@ static int k_xent_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   const float *in1 = st->phase == MTF_PHASE_STATS ? (const float *)a->in[1] : NULL;
   const float *in2 = st->phase == MTF_PHASE_MAX ? NULL : (const float *)a->in[2];
   MTF_LAUNCH(k_xent_grad_kernel, k_row_blocks(r.count), K_THREADS, 0, K_STREAM(b), r, (int)st->phase, xp,
-             (const float *)a->in[0], labels, labels_i32, in1, in2, (float *)a->out);
+             a->in[0], k_in_bf16(st, 0), labels, labels_i32, in1, in2, a->out,
+             (st->phase == MTF_PHASE_WHOLE || st->phase == MTF_PHASE_APPLY) && k_out_bf16(st));
   K_DONE(b, "softmax_cross_entropy_grad");
 }
 
-/* ---- gelu: dy * gelu'(x), the tanh form ---- */
-__global__ void k_gelu_grad_kernel(int64_t n, const float *x, const float *dy, float *out) {
-  MTF_GRID_STRIDE(i, n) out[i] = dy[i] * k_gelu_grad(x[i]);
+/* ---- gelu: dy * gelu'(x), the tanh form; x, dy and the result each float32 or bf16-stored ---- */
+__global__ void k_gelu_grad_kernel(int64_t n, const void *x, int x_bf16, const void *dy, int dy_bf16, void *out,
+                                   int out_bf16) {
+  MTF_GRID_STRIDE(i, n) k_store(out, out_bf16, i, k_load(dy, dy_bf16, i) * k_gelu_grad(k_load(x, x_bf16, i)));
 }
 
 static int k_gelu_grad_op(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   int64_t n = mtf_shape_num_elements(&st->out_shape);
-  MTF_LAUNCH(k_gelu_grad_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const float *)a->in[0],
-             (const float *)a->in[1], (float *)a->out);
+  MTF_LAUNCH(k_gelu_grad_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, a->in[0],
+             k_in_bf16(st, 0), a->in[1], k_in_bf16(st, 1), a->out, k_out_bf16(st));
   K_DONE(b, "gelu_grad");
 }
 

@@ -18,9 +18,9 @@ void mtf_cuda_register_write_at(mtf_kernel_fn *kernels);    /* k_write_at.cu */
 void mtf_cuda_register_attention(mtf_kernel_fn *kernels);   /* k_attention.cu: attention, attention_grad */
 
 /* out = the sum of `in` over its dims absent from out, or a transposed copy (dims matched by name), on the
- * compute stream (k_reduce.cu). */
+ * compute stream (k_reduce.cu); out float32, or rounded to bfloat16 where out_bf16. */
 int mtf_cuda_reduce_into(mtf_backend *b, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
-                         float *out);
+                         void *out, int out_bf16);
 /* out[0, n) = value on the compute stream (k_elementwise.cu). */
 int mtf_cuda_k_fill(mtf_backend *b, float *out, float value, int64_t n);
 /* n elements of `in` (dtype from) into out as dtype to: float32 <-> bfloat16 by core/bf16.h's rounding, or a

@@ -1,7 +1,8 @@
 /* CUDA kernels of the fused optimizer ops (ops/optimizer_ops.c): one pass over the local slice in float, as
  * the CPU's. The per-step scalars live in device memory (the decay of a three-input moving average, AdamW's
  * learning rate and step), so each thread reads them; AdamW's bias corrections are computed per block by
- * one thread in double (ops/optimizer_ops.c's mtf_adam_bias_correction: -expm1(t ln beta)) and shared. */
+ * one thread in double (ops/optimizer_ops.c's mtf_adam_bias_correction: -expm1(t ln beta)) and shared. AdamW also
+ * writes the weight's bfloat16 copy where the plan keeps one (lower/weight_copies.c). */
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
 
@@ -27,8 +28,11 @@ static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel
 
 __device__ inline double bias_correction(double beta, double step) { return beta > 0 ? -expm1(step * log(beta)) : 1.0; }
 
+/* copy: NULL, or the weight's bfloat16 working copy (mtf_kernel_args.bf16_copy), written with the update so no
+ * product casts the weight again. */
 __global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const float *v, const float *lr_in,
-                              const float *step_in, float beta1, float beta2, float eps, float wd, float *out) {
+                              const float *step_in, float beta1, float beta2, float eps, float wd, float *out,
+                              mtf_bf16 *copy) {
   __shared__ float scalars[3]; /* lr, 1 / c1, 1 / c2 */
   if (threadIdx.x == 0) {
     double step = step_in[0];
@@ -38,7 +42,11 @@ __global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const f
   }
   __syncthreads();
   const float lr = scalars[0], inv_c1 = scalars[1], inv_c2 = scalars[2];
-  MTF_GRID_STRIDE(i, n) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+  MTF_GRID_STRIDE(i, n) {
+    float updated = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
+    out[i] = updated;
+    if (copy) copy[i] = mtf_bf16_from_float(updated);
+  }
 }
 
 static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
@@ -46,7 +54,7 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   MTF_LAUNCH(k_adam_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const float *)a->in[0],
              (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], (const float *)a->in[4],
              st->params.adam.beta1, st->params.adam.beta2, st->params.adam.epsilon, st->params.adam.weight_decay,
-             (float *)a->out);
+             (float *)a->out, (mtf_bf16 *)a->bf16_copy);
   K_DONE(b, "adam_update");
 }
 

@@ -73,11 +73,13 @@ __device__ inline int64_t reduced_offset(const k_reduce_axes &a, int64_t r) {
 }
 
 /* One thread per output element. */
-__global__ void k_reduce_thread_kernel(k_reduce_axes a, int64_t n_out, int is_max, const float *in, float *out) {
+/* out float32, or bf16-stored where out_bf16 (an einsum's bf16-stored result, lower/storage.c). */
+__global__ void k_reduce_thread_kernel(k_reduce_axes a, int64_t n_out, int is_max, const float *in, void *out,
+                                       int out_bf16) {
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n_out; e += (int64_t)blockDim.x * gridDim.x) {
     const float *base = in + kept_offset(a, e);
     if (a.n_reduced == 0) { /* a copy: the transpose case */
-      out[e] = is_max ? k_max_step(-INFINITY, base[0]) : base[0];
+      k_store(out, out_bf16, e, is_max ? k_max_step(-INFINITY, base[0]) : base[0]);
       continue;
     }
     double sum = 0.0;
@@ -87,12 +89,13 @@ __global__ void k_reduce_thread_kernel(k_reduce_axes a, int64_t n_out, int is_ma
       if (is_max) max = k_max_step(max, v);
       else sum += v;
     }
-    out[e] = is_max ? max : (float)sum;
+    k_store(out, out_bf16, e, is_max ? max : (float)sum);
   }
 }
 
 /* One block per output element: the threads split the reduced elements, then a block reduction. */
-__global__ void k_reduce_block_kernel(k_reduce_axes a, int64_t n_out, int is_max, const float *in, float *out) {
+__global__ void k_reduce_block_kernel(k_reduce_axes a, int64_t n_out, int is_max, const float *in, void *out,
+                                      int out_bf16) {
   for (int64_t e = blockIdx.x; e < n_out; e += gridDim.x) {
     const float *base = in + kept_offset(a, e);
     double sum = 0.0;
@@ -104,34 +107,35 @@ __global__ void k_reduce_block_kernel(k_reduce_axes a, int64_t n_out, int is_max
     }
     if (is_max) {
       float m = mtf_block_max(max);
-      if (threadIdx.x == 0) out[e] = m;
+      if (threadIdx.x == 0) k_store(out, out_bf16, e, m);
     } else {
       double s = mtf_block_sum_double(sum);
-      if (threadIdx.x == 0) out[e] = (float)s;
+      if (threadIdx.x == 0) k_store(out, out_bf16, e, (float)s);
     }
   }
 }
 
 static int reduce(mtf_backend *b, int is_max, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
-                  float *out) {
+                  void *out, int out_bf16) {
   k_reduce_axes a = reduce_axes(in_shape, out_shape);
   int64_t n_out = mtf_shape_num_elements(out_shape);
   if (n_out == 0) return MTF_OK;
   if (a.reduced_count >= 256 && n_out < 16384)
-    MTF_LAUNCH(k_reduce_block_kernel, k_row_blocks(n_out), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in, out);
+    MTF_LAUNCH(k_reduce_block_kernel, k_row_blocks(n_out), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in, out,
+               out_bf16);
   else
     MTF_LAUNCH(k_reduce_thread_kernel, mtf_cuda_blocks(n_out, K_THREADS), K_THREADS, 0, K_STREAM(b), a, n_out, is_max, in,
-               out);
+               out, out_bf16);
   K_DONE(b, is_max ? "reduce_max" : "reduce_sum");
 }
 
-int mtf_cuda_reduce_into(mtf_backend *b, const mtf_shape *in_shape, const float *in,
-                                    const mtf_shape *out_shape, float *out) {
-  return reduce(b, 0, in_shape, in, out_shape, out);
+int mtf_cuda_reduce_into(mtf_backend *b, const mtf_shape *in_shape, const float *in, const mtf_shape *out_shape,
+                         void *out, int out_bf16) {
+  return reduce(b, 0, in_shape, in, out_shape, out, out_bf16);
 }
 
 static int k_reduce_max(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  return reduce(b, 1, &st->in_shape[0], (const float *)a->in[0], &st->out_shape, (float *)a->out);
+  return reduce(b, 1, &st->in_shape[0], (const float *)a->in[0], &st->out_shape, a->out, 0);
 }
 
 void mtf_cuda_register_reduce(mtf_kernel_fn *k) { k[MTF_OP_REDUCE_MAX] = k_reduce_max; }
