@@ -135,8 +135,8 @@ static const key_spec schema[] = {
     {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
      "fp32: everything in float32. bf16: the model's matmuls (einsums, attention's products) take bfloat16 "
      "operands (activations and a bf16 copy of each weight: on cpu and cuda written by the AdamW update, elsewhere "
-     "made once per step) with fp32 accumulation; on cpu and cuda the activations only products read are also stored "
-     "as bf16 (half the memory); parameters, optimizer "
+     "made once per step) with fp32 accumulation; the activations only products read are also stored as bf16 (half "
+     "the memory); parameters, optimizer "
      "slots, checkpoints, gradients of weights and their allreduces, the residual stream, norm and softmax "
      "statistics and the loss stay fp32 (cpu: oneDNN, AMX or AVX512-BF16 where the CPU has them)"},
     {"backend.grad_reduce", KEY_CHOICE, F(grad_reduce), "fp32", 0, 0, "fp32|bf16",

@@ -74,10 +74,10 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
-/* Whether plans store bf16-policy activations as bfloat16 (mtf_plan_options.bf16_storage): the cpu and cuda
- * backends' kernels read and write them so (mtf_backend.bf16_storage); pjrt takes float32 activations and casts. */
-int mtf_program_bf16_storage(const mtf_config *cfg) {
-  /* "cuda-emu" (tests) is the cuda backend's own kernels run on the host */
+/* Whether AdamW writes the weights' bfloat16 copies (mtf_plan_options.bf16_weight_copies): the backends that run
+ * a plan step by step and so can skip a cast whose copy is current, cpu and cuda ("cuda-emu" in tests: the cuda
+ * backend's kernels on the host), not pjrt's one compiled program per step. */
+static int bf16_weight_copies(const mtf_config *cfg) {
   return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }
 
@@ -100,8 +100,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   fetches[n_fetches - 1] = p->grad_norm;
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
                               .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
-                              .bf16_storage = mtf_program_bf16_storage(cfg),
-                              .bf16_weight_copies = mtf_program_bf16_storage(cfg)};
+                              .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
+                              .bf16_weight_copies = bf16_weight_copies(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
@@ -121,7 +121,7 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
 static int evaluation_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                             const mtf_layout_rules *rules, int rank, mtf_plan **eval, mtf_plan **dropless,
                             mtf_error *err) {
-  mtf_plan_options options = {.bf16_storage = mtf_program_bf16_storage(cfg)};
+  mtf_plan_options options = {.bf16_storage = 1};
   MTF_CHECK(mtf_plan_create_with_assigns(p->graph, mesh, rules, rank, 1, &p->eval_model.token_loss, 0, 0, &options,
                                          eval, err));
   if (!dropless) return MTF_OK;
@@ -171,7 +171,7 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
     eval_fetches[n_eval_fetches++] = p->eval_model.loss_count;
   }
   if (p->eval_model.exact_rows != MTF_NO_TENSOR) eval_fetches[n_eval_fetches++] = p->eval_model.exact_rows;
-  mtf_plan_options eval_options = {.bf16_storage = mtf_program_bf16_storage(cfg)};
+  mtf_plan_options eval_options = {.bf16_storage = 1};
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches, 0,
                                       0, &eval_options, &p->eval_plan, err);

@@ -49,8 +49,6 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *out, mtf_err
 void mtf_program_free(mtf_program *p);
 /* The same plans as mtf_program_build's (fetches, assigns, options) for p's graph on another mesh and rank:
  * the pjrt backend runs every rank of the device mesh from one process, so it makes them all on one graph. */
-/* Whether plans store bf16-policy activations as bfloat16 (mtf_plan_options.bf16_storage): cpu and cuda. */
-int mtf_program_bf16_storage(const mtf_config *cfg);
 int mtf_program_plans_for(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                           const mtf_layout_rules *rules, int rank, mtf_program_plans *out, mtf_error *err);
 void mtf_program_plans_free(mtf_program_plans *plans);

@@ -5,10 +5,13 @@
 #ifndef MTF_TESTS_ENGINE_CONFORMANCE_CASES_H
 #define MTF_TESTS_ENGINE_CONFORMANCE_CASES_H
 
+#include <stdio.h>
 #include <string.h>
 
 #include "mtf.h"
 #include "graph/graph.h"
+#include "lower/plan.h"
+#include "ops/op_def.h"
 
 #define MAX_VARS 3
 #define MAX_INPUTS 2
@@ -27,6 +30,44 @@ static mtf_shape S(const char *text) {
 
 static mtf_dim D(const char *name, int64_t size) { return mtf_dim_make(name, size); }
 static mtf_tensor positive(mtf_graph *g, mtf_tensor x) { return mtf_scalar_add(g, mtf_square(g, x), 0.5f); }
+/* --bf16-storage (both drivers): x rounded to a bfloat16 value, then passed on by an op that writes it as
+ * bfloat16 where its readers read it so (lower/storage.c), losslessly: the case's op then reads a bf16-stored
+ * input exactly as the reference (which models the rounding of the casts) sees it. */
+static inline mtf_tensor bf16_stored(mtf_graph *g, mtf_tensor x) {
+  return mtf_scalar_multiply(g, mtf_cast(g, mtf_cast(g, x, MTF_BF16), MTF_F32), 1.0f);
+}
+
+/* --bf16-storage: the kernel steps of a plan that read (an input other than a cast's or an einsum's) or wrote
+ * (other than a cast) a bf16-stored value, per op; every op whose entry says it can must have done both
+ * (bf16_storage_unexercised). */
+static unsigned read_bf16[MTF_OP_COUNT], wrote_bf16[MTF_OP_COUNT];
+
+static inline void note_bf16_steps(const mtf_plan *plan) {
+  for (int i = 0; i < plan->n_steps; i++) {
+    const mtf_step *st = &plan->steps[i];
+    if (st->kind != MTF_STEP_KERNEL || st->op == MTF_OP_CAST) continue;
+    if (st->out_dtype == MTF_BF16) wrote_bf16[st->op]++;
+    for (int k = 0; k < st->n_in && st->op != MTF_OP_EINSUM; k++)
+      if (st->in_dtype[k] == MTF_BF16) read_bf16[st->op]++;
+  }
+}
+
+/* The ops whose entry reads or writes bf16-stored values and that no case's plan did so for, each named on
+ * stderr; their count. */
+static inline int bf16_storage_unexercised(void) {
+  int missing = 0;
+  for (int k = 0; k < MTF_OP_COUNT; k++) {
+    const mtf_op_def *def = mtf_op((mtf_op_kind)k);
+    int unread = def->reads_bf16 && !read_bf16[k], unwritten = def->bf16_output && !wrote_bf16[k];
+    if (unread || unwritten) {
+      fprintf(stderr, "FAIL no --bf16-storage case %s op '%s' a bf16-stored value\n", unread ? "gave" : "had",
+              def->name);
+      missing++;
+    }
+  }
+  return missing;
+}
+
 #define ARGS mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in
 #define UNUSED_INPUTS (void)in, (void)n_in
 

@@ -9,6 +9,16 @@
  * reduce-scatter and slice steps, and the fused ops their split phases.
  *
  *   test_pjrt_conformance [--devices N | --mesh b:2,m:2] [--only TEXT] [--dump FILE] [--break]
+ *                         [--bf16 | --bf16-storage] [--bf16-dots]
+ *
+ * --bf16 runs every case with the graph's matmul dtype bfloat16 (backend.precision bf16: the module converts
+ * the products' operands to bf16, as the plan says), --bf16-storage also with plans that store activations as
+ * bfloat16 (mtf_plan_options.bf16_storage, as every bf16 run's plans have): the module then holds bf16 values
+ * between the ops that write and read them so, and every op whose entry reads or writes them must have done
+ * both in some case; both against the reference of the roundings, within 2^-7 of each tensor's scale (the
+ * bound backend_conformance.c states for bf16). --bf16-dots emits the products of bf16 operands as bf16 dots
+ * with f32 results (mtf_pjrt_emit_options.bf16_dots, what GPU and TPU plugins get): the XLA CPU plugin runs
+ * those of the cases' small sizes (larger ones fail in its Eigen kernel), so their numbers are checked here.
  *
  * --mesh runs a 2-D mesh (groups over each axis and both); the op cases split over its first axis.
  *
@@ -67,7 +77,8 @@ static const step_case step_cases[] = {
     {{"step: reshard reduce-scatter of sums", {"a:4,k:4", "k:4,d:8"}, c_reshard_sums}, {{"k:m;e:m", "k:m;c:m", "k:b;c:m", NULL}, 0}},
     {{"step: SGD assigns, gradient buckets", {"a:4,d:4", "d:4,b:4", "b:4"}, c_train_step}, {{"a:m", "a:m;b:m", "a:b;b:m", NULL}, 1}},
 };
-static int break_values;
+static int break_values, bf16_mode, storage_mode, bf16_dots;
+static long bf16_dot_count; /* bf16 x bf16 dot_generals compiled (--bf16-dots) */
 static char mesh_name[64]; /* for the report lines */
 static int op_pass[MTF_OP_COUNT], op_fail[MTF_OP_COUNT];
 
@@ -162,8 +173,14 @@ static run_result run_layout(mtf_pjrt_runtime *rt, mtf_graph *g, const mtf_shape
     res.ok = 1;
     return res;
   }
-  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)plans, n, NULL, &m, &err);
+  mtf_pjrt_emit_options emit_options = {.bf16_dots = bf16_dots};
+  if (rc == MTF_OK) rc = mtf_pjrt_emit((const mtf_plan *const *)plans, n, &emit_options, &m, &err);
   for (int i = 0; rc == MTF_OK && i < plans[0]->n_steps; i++) step_kinds[plans[0]->steps[i].kind]++;
+  for (const char *at = rc == MTF_OK ? m.text : NULL; at && (at = strstr(at, "\"stablehlo.dot_general\"")); at++) {
+    const char *end = strchr(at, '\n'), *sig = strstr(at, " : (tensor<");
+    bf16_dot_count += sig && sig < end && strstr(sig, "xbf16>, tensor<") && strstr(sig, "xbf16>, tensor<") < end;
+  }
+  if (rc == MTF_OK) note_bf16_steps(plans[0]);
   if (rc == MTF_OK && break_values) { /* a wrong op in the module: its first multiply becomes an add */
     char *at = strstr(m.text, "\"stablehlo.multiply\"");
     if (at) memcpy(at, "\"stablehlo.add\"     ", strlen("\"stablehlo.multiply\""));
@@ -254,6 +271,7 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   static const mtf_shape one_device = {1, {{"m", 1}}};
   if (only_cases && !strstr(c->name, only_cases)) return;
   mtf_graph *g = mtf_graph_create(1234);
+  if (bf16_mode) mtf_graph_set_matmul_dtype(g, MTF_BF16);
   mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
   int n_vars = 0, n_inputs = 0;
   for (int i = 0; i < MAX_VARS && c->var_shapes[i]; i++) {
@@ -262,7 +280,10 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
     mtf_shape s = S(c->var_shapes[i]);
     vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
   }
-  mtf_tensor y = c->build(g, vars, inputs, &n_inputs);
+  mtf_tensor operands[MAX_VARS];
+  for (int i = 0; i < n_vars; i++) operands[i] = storage_mode ? bf16_stored(g, vars[i]) : vars[i];
+  mtf_tensor y = c->build(g, operands, inputs, &n_inputs);
+  if (storage_mode && mtf_tensor_dtype(g, y) != MTF_I32) y = mtf_cast(g, mtf_cast(g, y, MTF_BF16), MTF_F32);
   mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
   mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
   mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
@@ -270,7 +291,8 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   if (!forward_only) CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
   for (int v = 1; x && x->train && v < n_vars; v++)
     mtf_assign(g, vars[v], mtf_subtract(g, vars[v], mtf_scalar_multiply(g, grads[v], 0.1f)));
-  mtf_plan_options options = {.allreduce_bucket_bytes = x && x->train ? 1 << 20 : 0};
+  mtf_plan_options options = {.allreduce_bucket_bytes = x && x->train ? 1 << 20 : 0, .bf16_storage = storage_mode};
+  const double bound = bf16_mode ? 0x1p-7 : 2e-5;
   mtf_error err;
   if (mtf_graph_status(g, &err)) {
     fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
@@ -337,10 +359,10 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
       if (!first_error[0]) snprintf(first_error, sizeof first_error, "layout %.60s: %.400s", layouts[l], r.what);
       continue;
     }
-    if (r.worst > 2e-5) fprintf(stderr, "  %s: layout '%s' error %.2e\n", c->name, layouts[l], r.worst);
+    if (r.worst > bound) fprintf(stderr, "  %s: layout '%s' error %.2e\n", c->name, layouts[l], r.worst);
     worst = fmax(worst, r.worst);
   }
-  int pass = ok && worst <= 2e-5 && worst_base <= 2e-5;
+  int pass = ok && worst <= bound && worst_base <= bound;
   printf("%s pjrt %s %-52s %2d layouts, error %.2e (vs 1 device %.2e)%s%s\n", pass ? "ok  " : "FAIL",
          mesh_name, c->name, run_layouts, worst, worst_base, first_error[0] ? "  " : "", first_error);
   for (int i = 0; base && i < g->n_nodes; i++) free(base[i]);
@@ -428,8 +450,12 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc) mesh_arg = argv[++i];
     else if (strcmp(argv[i], "--dump") == 0 && i + 1 < argc) dump_path = argv[++i];
     else if (strcmp(argv[i], "--break") == 0) break_values = 1;
+    else if (strcmp(argv[i], "--bf16") == 0) bf16_mode = 1;
+    else if (strcmp(argv[i], "--bf16-storage") == 0) bf16_mode = storage_mode = 1;
+    else if (strcmp(argv[i], "--bf16-dots") == 0) bf16_dots = 1;
     else {
-      fprintf(stderr, "usage: %s [--devices N | --mesh MESH] [--only TEXT] [--dump FILE] [--break]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--devices N | --mesh MESH] [--only TEXT] [--dump FILE] [--break] "
+              "[--bf16 | --bf16-storage] [--bf16-dots]\n", argv[0]);
       return 2;
     }
   }
@@ -478,6 +504,11 @@ int main(int argc, char **argv) {
       fprintf(stderr, "FAIL no case uses op '%s'\n", mtf_op((mtf_op_kind)k)->name);
       CHECK(0);
     }
+  if (storage_mode && !only_cases) CHECK(bf16_storage_unexercised() == 0);
+  if (bf16_dots) {
+    printf("dot_generals of bfloat16 operands compiled and run: %ld\n", bf16_dot_count);
+    CHECK(!bf16_mode || bf16_dot_count > 0);
+  }
   mtf_pjrt_close(rt);
   return check_summary();
 }

@@ -45,7 +45,12 @@ int e_input(h_emitter *E, const mtf_step *st, int k) {
     e_fail(E, st, "an input buffer holds a value of another size");
     return h_splat(E, 0.0, e, s);
   }
-  return h_convert(E, h_reshape(E, v, s), e);
+  v = h_convert(E, h_reshape(E, v, s), e);
+  /* A bf16-stored activation (lower/storage.c) read by an op whose math is fp32 (every kernel but the cast and
+   * the einsum, which take bfloat16 as such): widened here, as the cpu and cuda kernels widen it. */
+  if (e == H_BF16 && st->kind == MTF_STEP_KERNEL && st->op != MTF_OP_CAST && st->op != MTF_OP_EINSUM)
+    v = h_convert(E, v, H_F32);
+  return v;
 }
 
 void e_output(h_emitter *E, const mtf_step *st, int value) {
@@ -142,6 +147,10 @@ static int layout_io(h_emitter *E, mtf_pjrt_module *m, int *param_of_buffer, int
 
 static int emit_step(h_emitter *E, const mtf_step *st) {
   if (st->kind != MTF_STEP_KERNEL) return e_collective(E, st);
+  /* one program per step: nothing is skipped between runs, so no cast can rely on a copy an update wrote */
+  if (st->bf16_copy || st->skip_when_copy_current)
+    return e_fail(E, st, "a plan with bfloat16 weight copies (mtf_plan_options.bf16_weight_copies), which the "
+                         "emitter does not compile: make pjrt plans without them");
   int handled = 0;
   MTF_CHECK(e_kernel_elementwise(E, st, &handled));
   if (!handled) MTF_CHECK(e_kernel_fused(E, st, &handled));

@@ -51,6 +51,12 @@ typedef struct mtf_pjrt_emit_options {
    * batch; the index is the MICROBATCH parameter. NULL / count <= 1: none. */
   const char *microbatch_dim;
   int microbatches;
+  /* 1: a product of bfloat16 operands (the plan's einsum in_dtypes) is a dot_general of the bf16 values with an
+   * f32 result, as GPU and TPU plugins run on tensor cores / the MXU; 0: the operands are converted to f32
+   * first, for the XLA CPU plugin, which compiles a bf16 x bf16 = f32 dot but fails at run time once it is large
+   * enough for its Eigen kernel ("Unsupported element type for DotThunk::Execute"). mtf_pjrt_session_create
+   * sets it for every platform but "cpu". */
+  int bf16_dots;
 } mtf_pjrt_emit_options;
 
 typedef struct mtf_pjrt_module {

@@ -5,7 +5,9 @@
  * u64 ops (emit_ops.c's e_uniform01), so the masks are the CPU's. The gradient recomputes the forward
  * pass from q, k, v as the reference does: dS = P (R dO.v - dO.o + dlse), dq = scale dS k,
  * dk = scale dS^T q, dv = (P R)^T dO. Outputs are stacked along _attn (o, logsumexp along depth) and
- * _attn_grad (dq, dk, dv by position). */
+ * _attn_grad (dq, dk, dv by position). Under the bf16 policy (params.attention.bf16) the products' operands are
+ * rounded to bfloat16 where the reference (ops/attention.c) and the cpu and cuda kernels round them: q, k, v, the
+ * weights P R, dO, and scale dS (which the products below then take unscaled); sums and softmax stay f32/f64. */
 #include <math.h>
 #include <string.h>
 
@@ -50,6 +52,10 @@ static int bdot(h_emitter *E, const att *a, int x, int y, int cl, int cr) {
 }
 
 static int64_t get_offset(const mtf_step *st, void *arg) { return st->offsets[*(int *)arg]; }
+
+/* x as a bf16 product sees it: rounded to bfloat16 (XLA's conversion: nearest even, core/bf16.h's bits) where
+ * `bf16`, else as it is. */
+static int operand(h_emitter *E, int x, int bf16) { return bf16 ? h_convert(E, h_convert(E, x, H_BF16), H_F32) : x; }
 
 /* The dropout factors R [batch, L, L]: 1 / keep where kept, else 0 (mtf_attention_mask_base's numbering,
  * with mtf_random_extent's microbatch rows). */
@@ -123,14 +129,15 @@ static void out_stacked(h_emitter *E, const mtf_step *st, const att *a, const ch
 static int attention(h_emitter *E, const mtf_step *st, int grad) {
   att a;
   att_make(st, &a);
-  int Q = n_to(E, e_input(E, st, 0), &st->in_shape[0], &a.qn);
-  int K = n_to(E, e_input(E, st, 1), &st->in_shape[1], &a.kn);
-  int V = n_to(E, e_input(E, st, 2), &st->in_shape[2], &a.kn);
+  const int bf16 = st->params.attention.bf16;
+  int Q = operand(E, n_to(E, e_input(E, st, 0), &st->in_shape[0], &a.qn), bf16);
+  int K = operand(E, n_to(E, e_input(E, st, 1), &st->in_shape[1], &a.kn), bf16);
+  int V = operand(E, n_to(E, e_input(E, st, 2), &st->in_shape[2], &a.kn), bf16);
   int P, lse;
   probabilities(E, st, &a, Q, K, &P, &lse);
   int dropout = st->params.attention.keep < 1.0f;
   int R = dropout ? dropout_factors(E, st, &a) : -1;
-  int PR = dropout ? h_binop(E, "multiply", P, R) : P;
+  int PR = operand(E, dropout ? h_binop(E, "multiply", P, R) : P, bf16);
   int O = bdot(E, &a, PR, V, 1, 0); /* [batch, L, D] */
   h_shape qs = h_t(E, O)->s;
   int dims[MTF_MAX_RANK];
@@ -153,14 +160,22 @@ static int attention(h_emitter *E, const mtf_step *st, int grad) {
   int dlse = h_reduce(E, h_reshape(E, h_slice(E, dF, s1, l1), qs), 1u << (a.nb + 1), "add", 0.0);
   int delta = h_reduce(E, h_binop(E, "multiply", dO, O), 1u << (a.nb + 1), "add", 0.0);
   h_shape ss = h_t(E, P)->s;
-  int dp = bdot(E, &a, dO, V, 1, 1); /* [batch, L, L] */
+  int dOr = operand(E, dO, bf16);
+  int dp = bdot(E, &a, dOr, V, 1, 1); /* [batch, L, L] */
   if (dropout) dp = h_binop(E, "multiply", dp, R);
   int shift = h_broadcast_in_dim(E, h_binop(E, "subtract", dlse, delta), ss, dims);
   int dS = h_binop(E, "multiply", P, h_binop(E, "add", dp, shift));
-  int scale = h_splat(E, st->params.attention.scale, H_F32, qs);
-  int dq = h_binop(E, "multiply", scale, bdot(E, &a, dS, K, 1, 0));
-  int dk = h_binop(E, "multiply", scale, bdot(E, &a, dS, Q, 0, 0));
-  int dv = bdot(E, &a, PR, dO, 0, 0);
+  int dq, dk;
+  if (bf16) { /* scale dS rounded once, as the kernels' operand */
+    dS = operand(E, h_binop(E, "multiply", h_splat(E, st->params.attention.scale, H_F32, ss), dS), 1);
+    dq = bdot(E, &a, dS, K, 1, 0);
+    dk = bdot(E, &a, dS, Q, 0, 0);
+  } else {
+    int scale = h_splat(E, st->params.attention.scale, H_F32, qs);
+    dq = h_binop(E, "multiply", scale, bdot(E, &a, dS, K, 1, 0));
+    dk = h_binop(E, "multiply", scale, bdot(E, &a, dS, Q, 0, 0));
+  }
+  int dv = bdot(E, &a, PR, dOr, 0, 0);
   int parts[3] = {dq, dk, dv};
   out_stacked(E, st, &a, MTF_ATTENTION_GRAD_STACK, parts, 3);
   return MTF_OK;

@@ -376,7 +376,8 @@ int h_dot_general(h_emitter *E, int a, int b, int nbatch, const int *abatch, con
     if (!(used_a & (1u << d))) s.d[s.rank++] = ta->s.d[d];
   for (int d = 0; d < tb->s.rank; d++)
     if (!(used_b & (1u << d))) s.d[s.rank++] = tb->s.d[d];
-  int id = h_new(E, s, ta->e);
+  /* bfloat16 operands give an f32 result (exact products, fp32 accumulation: a bf16 GEMM's numbers) */
+  int id = h_new(E, s, ta->e == H_BF16 ? H_F32 : ta->e);
   char t1[160], t2[160], t3[160];
   int first = 1;
   h_printf(E, "    %%v%d = \"stablehlo.dot_general\"(%%v%d, %%v%d) {dot_dimension_numbers = #stablehlo.dot<", id, a, b);

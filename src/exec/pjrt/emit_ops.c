@@ -82,12 +82,14 @@ static int binary(h_emitter *E, mtf_binary_kind fn, int u, int v) {
 }
 
 /* Two-operand einsum: lonely dims summed, then dot_general over batch (in a, b, out) and contracted (a, b)
- * dims, then the result [batch, a free, b free] transposed to the output's order. bf16 operands are
- * converted to f32 first and summed and multiplied in f32 (exact products, fp32 accumulation: the numbers of
- * cuBLAS's and oneDNN's bf16 GEMMs up to the order of the additions, and of the CPU's widened einsum). A
- * dot_general of bf16 operands with an f32 result is valid StableHLO, but the XLA CPU plugin compiles it and
- * then fails at run time once the product is large enough to go to its Eigen kernel ("Unsupported element
- * type for DotThunk::Execute: BF16 x BF16 = F32"; small ones are emitted inline and work). */
+ * dims, then the result [batch, a free, b free] transposed to the output's order. bf16 operands go to the
+ * dot_general as they are, with an f32 result, where the emit options say so (bf16_dots: GPU and TPU plugins);
+ * otherwise, and where a lonely dim must be summed first, they are converted to f32 and summed and multiplied
+ * in f32 (exact products, fp32 accumulation: the numbers of cuBLAS's and oneDNN's bf16 GEMMs up to the order
+ * of the additions, and of the CPU's widened einsum). The XLA CPU plugin compiles a bf16 x bf16 = f32
+ * dot_general and then fails at run time once the product is large enough to go to its Eigen kernel
+ * ("Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32"; small ones are emitted inline and
+ * work: the conformance test's --bf16-dots runs them). */
 static int einsum2(h_emitter *E, const mtf_step *st) {
   const mtf_shape *as = &st->in_shape[0], *bs = &st->in_shape[1], *os = &st->out_shape;
   int a = e_input(E, st, 0), b = e_input(E, st, 1);
@@ -98,8 +100,12 @@ static int einsum2(h_emitter *E, const mtf_step *st) {
   for (int d = 0; d < bs->rank; d++)
     if (mtf_shape_index_of(as, bs->dims[d].name) >= 0 || mtf_shape_index_of(os, bs->dims[d].name) >= 0)
       bk.dims[bk.rank++] = bs->dims[d];
-  a = h_convert(E, a, H_F32);
-  b = h_convert(E, b, H_F32);
+  int bf16_dot = E->options.bf16_dots && h_t(E, a)->e == H_BF16 && h_t(E, b)->e == H_BF16 && ak.rank == as->rank &&
+                 bk.rank == bs->rank; /* a lonely dim is summed in f32 first */
+  if (!bf16_dot) {
+    a = h_convert(E, a, H_F32);
+    b = h_convert(E, b, H_F32);
+  }
   if (ak.rank != as->rank) a = n_reduce(E, a, as, &ak, "add", 0.0);
   if (bk.rank != bs->rank) b = n_reduce(E, b, bs, &bk, "add", 0.0);
   int ab[MTF_MAX_RANK], bb[MTF_MAX_RANK], ac[MTF_MAX_RANK], bc[MTF_MAX_RANK], nb = 0, nc = 0;

@@ -45,6 +45,13 @@ int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const 
     rc = mtf_pjrt_open(&options, &s->rt, err);
     s->owns_runtime = rc == MTF_OK;
   }
+  /* Products of bfloat16 operands stay bf16 on the plugins whose dots take them (bf16_dots): every platform but
+   * the XLA CPU plugin's; the same module otherwise, so its collectives still size the pool. */
+  if (rc == MTF_OK && strcmp(mtf_pjrt_platform_name(s->rt), "cpu") != 0) {
+    mtf_pjrt_emit_options bf16_dots = {.bf16_dots = 1};
+    mtf_pjrt_module_free(&module);
+    rc = mtf_pjrt_emit((const mtf_plan *const *)device_plans, n_devices, &bf16_dots, &module, err);
+  }
   if (rc == MTF_OK)
     rc = mtf_pjrt_program_create(s->rt, s->plans, n_devices, &module, share ? share->program : NULL, &s->program, err);
   mtf_pjrt_module_free(&module);
