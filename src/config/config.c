@@ -134,8 +134,8 @@ static const key_spec schema[] = {
     {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},
     {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
      "fp32: everything in float32. bf16: the model's matmuls (einsums, attention's products) take bfloat16 "
-     "operands (activations and a bf16 copy of each weight: on cpu and cuda written by the AdamW update, elsewhere "
-     "made once per step) with fp32 accumulation; the activations only products read are also stored as bf16 (half "
+     "operands (activations and a bf16 copy of each weight: on cpu and cuda written by the optimizer's update, on "
+     "pjrt made once per step) with fp32 accumulation; the activations only products read are also stored as bf16 (half "
      "the memory); parameters, optimizer "
      "slots, checkpoints, gradients of weights and their allreduces, the residual stream, norm and softmax "
      "statistics and the loss stay fp32 (cpu: oneDNN, AMX or AVX512-BF16 where the CPU has them)"},

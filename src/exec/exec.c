@@ -524,6 +524,24 @@ static int progress_buckets(mtf_session *s, mtf_error *err) {
   return rc;
 }
 
+/* A weight's bfloat16 copy (step bf16_copy, lower/weight_copies.c) from the value step st just wrote, by the
+ * backend's cast kernel, for the last writers whose kernel does not write it itself (all but adam_update). */
+static int write_weight_copy(mtf_session *s, const mtf_step *st, void *out, mtf_error *err) {
+  mtf_backend *be = s->backend;
+  mtf_step cast = {.kind = MTF_STEP_KERNEL, .op = MTF_OP_CAST, .phase = MTF_PHASE_WHOLE, .node = st->node, .n_in = 1,
+                   .out_shape = st->out_shape, .out_dtype = MTF_BF16, .scratch = -1};
+  cast.in_shape[0] = st->out_shape;
+  cast.in_dtype[0] = MTF_F32;
+  cast.params.cast.to = MTF_BF16;
+  mtf_kernel_args args = {.out = buffer_data(s, st->bf16_copy - 1)};
+  args.in[0] = out;
+  int rc = be->kernels[MTF_OP_CAST] ? be->kernels[MTF_OP_CAST](be, &cast, &args) : MTF_ERR_INVALID;
+  if (rc == MTF_OK) return MTF_OK;
+  const char *why = be->error_text ? be->error_text(be) : NULL;
+  return mtf_error_set(err, rc, "backend '%s': the weight's bfloat16 copy%s%s", be->name, why && why[0] ? ": " : "",
+                       why ? why : "");
+}
+
 static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   void *out = buffer_data(s, st->out);
@@ -541,7 +559,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
         return mtf_error_set(err, rc, "backend '%s' %s%s%s", be->name, kernel ? "kernel failed" : "has no kernel for this op",
                              why && why[0] ? ": " : "", why ? why : "");
       }
-      return MTF_OK;
+      return st->bf16_copy > 0 && st->op != MTF_OP_ADAM_UPDATE ? write_weight_copy(s, st, out, err) : MTF_OK;
     }
     case MTF_STEP_ALLREDUCE: {
       double start = mtf_now_seconds();
@@ -576,8 +594,9 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       return be->mem->slice(be, &st->in_shape[0], buffer_data(s, st->in[0]), &st->out_shape, st->offsets, out,
                             step_elem_size(s, st));
     case MTF_STEP_COPY:
-      return be->mem->copy(be, out, buffer_data(s, st->in[0]),
-                           (size_t)mtf_shape_num_elements(&st->out_shape) * step_elem_size(s, st));
+      MTF_CHECK(be->mem->copy(be, out, buffer_data(s, st->in[0]),
+                              (size_t)mtf_shape_num_elements(&st->out_shape) * step_elem_size(s, st)));
+      return st->bf16_copy > 0 ? write_weight_copy(s, st, out, err) : MTF_OK;
   }
   return MTF_OK;
 }

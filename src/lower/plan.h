@@ -74,9 +74,10 @@ typedef struct mtf_step {
   int tensor_axis;
   int concat_axis;                     /* ALLTOALL: the tensor axis the arriving slices are concatenated on */
   int bucket;                          /* START / WAIT: index into the plan's buckets */
-  /* bfloat16 weight copies (weight_copies.c): a weight's cast, skipped while the copy its adam_update wrote
-   * in an earlier run is current; an adam_update that also writes round(out) into buffer bf16_copy - 1 (0:
-   * none). */
+  /* bfloat16 weight copies (weight_copies.c): a weight's cast, skipped while the copy its last writer wrote
+   * in an earlier run is current; the weight's last writer (a kernel or COPY step), whose output rounded also
+   * goes into buffer bf16_copy - 1 (0: none): written by an adam_update kernel itself, after any other step
+   * by the executor. */
   int skip_when_copy_current, bf16_copy;
 } mtf_step;
 

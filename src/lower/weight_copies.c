@@ -1,7 +1,9 @@
 /* bfloat16 weight copies written by the optimizer (mtf_plan_options.bf16_weight_copies). Under the bf16 policy
  * every product reads a weight W through cast(W, bf16), one cast per weight per step (mtf_cast_shared). The
- * step's adam_update of W already reads and writes every element of W at the end of the step, so it writes
- * round(W) too, into the cast's buffer, which the memory plan then keeps for the whole run (never shared):
+ * step that writes W's new value at the end of the step (its last writer: AdamW's adam_update, Adafactor's or
+ * SGD's update written in place, or an assign's COPY) writes round(W) too, into the cast's buffer: adam_update's
+ * kernel in the same pass, any other step's rounded by the executor right after it (the backend's cast
+ * kernel). The memory plan then keeps that buffer for the whole run (never shared):
  * the next run's cast step finds its value there and is skipped. The session runs the cast again whenever
  * the copy may be stale: on its first run and after anything else wrote the variables (mtf_session_run). The
  * values are the cast's exactly (the same rounding of the same float32 values), so losses are bit for bit
@@ -24,15 +26,24 @@ static int cast_of(const mtf_plan *p, int variable, int var_buffer, int before) 
   return found;
 }
 
+/* The last step of the plan that writes buffer b (a kernel writing in place, or the COPY of an assign), or -1. */
+static int last_writer(const mtf_plan *p, int b) {
+  for (int t = p->n_steps - 1; t >= 0; t--)
+    if (p->steps[t].out == b && (p->steps[t].kind == MTF_STEP_KERNEL || p->steps[t].kind == MTF_STEP_COPY)) return t;
+  return -1;
+}
+
 void mtf_lw_weight_copies(mtf_lowering *lw) {
   mtf_plan *p = lw->plan;
   const mtf_graph *g = p->graph;
-  for (int t = 0; t < p->n_steps; t++) {
+  for (int a = lw->first_assign; a < lw->end_assign; a++) {
+    int variable = g->assigns[a].variable, var_buffer = p->value_buffer[variable];
+    if (g->nodes[variable].kind != MTF_OP_VARIABLE || var_buffer < 0) continue;
+    int t = last_writer(p, var_buffer);
+    if (t < 0) continue;
     mtf_step *update = &p->steps[t];
-    if (update->kind != MTF_STEP_KERNEL || update->op != MTF_OP_ADAM_UPDATE || update->out_dtype != MTF_F32) continue;
-    int variable = g->nodes[update->node].inputs[0];
-    if (g->nodes[variable].kind != MTF_OP_VARIABLE) continue;
-    int c = cast_of(p, variable, p->value_buffer[variable], t);
+    if (update->kind == MTF_STEP_KERNEL && update->out_dtype != MTF_F32) continue;
+    int c = cast_of(p, variable, var_buffer, t);
     if (c < 0) continue;
     mtf_step *cast = &p->steps[c];
     mtf_buffer *copy = &p->buffers[cast->out];

@@ -74,9 +74,9 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
-/* Whether AdamW writes the weights' bfloat16 copies (mtf_plan_options.bf16_weight_copies): the backends that run
- * a plan step by step and so can skip a cast whose copy is current, cpu and cuda ("cuda-emu" in tests: the cuda
- * backend's kernels on the host), not pjrt's one compiled program per step. */
+/* Whether the optimizer writes the weights' bfloat16 copies (mtf_plan_options.bf16_weight_copies): the backends
+ * that run a plan step by step and so can skip a cast whose copy is current, cpu and cuda ("cuda-emu" in tests:
+ * the cuda backend's kernels on the host), not pjrt's one compiled program per step. */
 static int bf16_weight_copies(const mtf_config *cfg) {
   return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }

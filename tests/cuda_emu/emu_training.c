@@ -5,9 +5,9 @@
  * layout, and the losses must agree within 1e-4 relative at every step.
  *
  * --precision bf16 (or --tf32 1) runs cuda-emu with bf16 einsum inputs (the config's backend.precision bf16:
- * the model's einsums take bfloat16 operands, activations are stored as bfloat16 and AdamW writes the weights'
- * bfloat16 copies, as a cuda run's plans have them) (TF32 GEMMs) against the fp32 cpu run: then the losses must
- * differ (the reduced precision is in effect) but by less than 2e-2 relative. With --against bf16 the cpu run
+ * the model's einsums take bfloat16 operands, activations are stored as bfloat16 and the optimizer writes the
+ * weights' bfloat16 copies, as a cuda run's plans have them) (TF32 GEMMs) against the fp32 cpu run: then the
+ * losses must differ (the reduced precision is in effect) but by less than 2e-2 relative. With --against bf16 the cpu run
  * is bf16 too (the same policy, roundings and weight copies on the other backend's kernels): the losses must
  * then agree within 1e-3 relative (the order of fp32 sums differs, and with it some bfloat16 roundings).
  *
