@@ -168,6 +168,8 @@ int mtf_h5_check_dataset(int64_t loc, const char *name, int64_t dataset_id, cons
   int rc = MTF_OK;
   H5D_layout_t layout = H5Pget_layout(plist);
   int externals = H5Pget_external_count(plist), filters = H5Pget_nfilters(plist);
+  hsize_t chunk[H5S_MAX_RANK];
+  int chunk_rank = layout == H5D_CHUNKED ? H5Pget_chunk(plist, H5S_MAX_RANK, chunk) : 0;
   if (layout == H5D_VIRTUAL || layout < 0)
     rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' is a virtual dataset (its data lives in other files); it must "
                        "hold its data in this file", where, name);
@@ -204,8 +206,22 @@ int mtf_h5_check_dataset(int64_t loc, const char *name, int64_t dataset_id, cons
   if (overflow)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' has a size that overflows 64 bits or cannot be read "
                          "(damaged file)", where, name);
-  H5D_space_status_t status;
-  if (points > 0 && (H5Dget_space_status(dataset, &status) < 0 || status != H5D_SPACE_STATUS_ALLOCATED))
+  /* Every element stored: contiguous storage allocated in full, or every chunk of a chunked layout written.
+   * For chunks HDF5's space status compares stored bytes with the raw size, which compressed (gzip, shuffle)
+   * chunks never reach, so the chunks are counted instead. */
+  int written = 1;
+  if (points > 0 && layout == H5D_CHUNKED) {
+    hsize_t expected = 1, have = 0;
+    int ok = chunk_rank == rank;
+    for (int d = 0; ok && d < rank; d++) ok = chunk[d] > 0, expected *= ok ? (dims[d] + chunk[d] - 1) / chunk[d] : 0;
+    hid_t all = H5Dget_space(dataset); /* its whole extent selected (H5S_ALL is refused by HDF5 1.10) */
+    written = ok && all >= 0 && H5Dget_num_chunks(dataset, all, &have) >= 0 && have == expected;
+    if (all >= 0) H5Sclose(all);
+  } else if (points > 0) {
+    H5D_space_status_t status;
+    written = H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_ALLOCATED;
+  }
+  if (!written)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' has no storage written for some of its %llu elements (they "
                          "would read as the fill value): write every element", where, name, (unsigned long long)points);
   return MTF_OK;
