@@ -91,6 +91,28 @@ static hid_t open_string_attr(hid_t object, const char *name, int want, hid_t *f
   return attr;
 }
 
+void mtf_ckpt_attr_string_problem(hid_t object, const char *name, char *why, size_t size) {
+  if (H5Aexists(object, name) <= 0) {
+    snprintf(why, size, "it is missing");
+    return;
+  }
+  hid_t attr = H5Aopen(object, name, H5P_DEFAULT);
+  hid_t type = attr >= 0 ? H5Aget_type(attr) : -1, space = attr >= 0 ? H5Aget_space(attr) : -1;
+  hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+  size_t width = type >= 0 ? H5Tget_size(type) : 0;
+  if (type < 0 || space < 0) snprintf(why, size, "it cannot be read (damaged)");
+  else if (H5Tget_class(type) != H5T_STRING) snprintf(why, size, "it is not a string");
+  else if (H5Tis_variable_str(type) != 0) snprintf(why, size, "it is a variable-length string (mtf writes fixed-length)");
+  else if (n != 1) snprintf(why, size, "it is an array of %lld strings, not one string", (long long)n);
+  else if (width > MAX_STRING_WIDTH)
+    snprintf(why, size, "it is %.1f MiB, over the %zu MiB a string attribute may have", (double)width / 1048576.0,
+             MAX_STRING_WIDTH >> 20);
+  else snprintf(why, size, "it cannot be read");
+  if (space >= 0) H5Sclose(space);
+  if (type >= 0) H5Tclose(type);
+  if (attr >= 0) H5Aclose(attr);
+}
+
 int64_t mtf_ckpt_attr_string_size(hid_t object, const char *name) {
   hid_t type;
   size_t size;

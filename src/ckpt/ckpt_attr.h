@@ -17,6 +17,9 @@ int mtf_ckpt_attr_write_strings(hid_t object, const char *name, int n, const cha
 
 /* Reads a string attribute into buf (truncated to size - 1). */
 int mtf_ckpt_attr_read_string(hid_t object, const char *name, char *buf, size_t size);
+/* Why a string attribute cannot be read as one ("it is missing", "it is an array of 1000 strings, not one
+ * string", "it is 100.0 MiB, over the 16 MiB a string attribute may have", ...), into why. */
+void mtf_ckpt_attr_string_problem(hid_t object, const char *name, char *why, size_t size);
 /* The length of a string attribute plus one, for sizing a buffer; -1 when absent. */
 int64_t mtf_ckpt_attr_string_size(hid_t object, const char *name);
 int mtf_ckpt_attr_read_i64(hid_t object, const char *name, int64_t *value);

@@ -139,10 +139,18 @@ static int inspect_locked(const char *path, int json, const mtf_ckpt_tokenizer *
                          "incomplete)", path, keys[k]);
   int64_t config_size = mtf_ckpt_attr_string_size(file, "config");
   char *config = config_size > 0 ? calloc((size_t)config_size, 1) : NULL;
-  if (rc == MTF_OK && (!config || mtf_ckpt_attr_read_string(file, "config", config, (size_t)config_size) != 0 ||
-                       mtf_ckpt_attr_read_string(file, "mesh", mesh, sizeof mesh) != 0 ||
-                       mtf_ckpt_attr_read_string(file, "layout", layout, sizeof layout) != 0))
-    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' lacks its config, mesh or layout attribute", path);
+  const char *unread = NULL;
+  if (rc == MTF_OK && (config_size > 0 && !config)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
+  if (rc == MTF_OK && (!config || mtf_ckpt_attr_read_string(file, "config", config, (size_t)config_size) != 0))
+    unread = "config";
+  else if (rc == MTF_OK && mtf_ckpt_attr_read_string(file, "mesh", mesh, sizeof mesh) != 0) unread = "mesh";
+  else if (rc == MTF_OK && mtf_ckpt_attr_read_string(file, "layout", layout, sizeof layout) != 0) unread = "layout";
+  if (unread) {
+    char why[160];
+    mtf_ckpt_attr_string_problem(file, unread, why, sizeof why);
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': its '%s' attribute cannot be read as one string: %s (not "
+                       "an mtf checkpoint, or damaged)", path, unread, why);
+  }
   hid_t group = rc == MTF_OK ? H5Gopen2(file, "variables", H5P_DEFAULT) : -1;
   if (rc == MTF_OK && group < 0) rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s' has no /variables group", path);
   inspect_ctx ctx = {.out = out, .json = json};

@@ -43,7 +43,8 @@ static void data_usage(FILE *out) {
           "            id b and ends each document with id 256 (vocabulary 384); for BPE and Hugging Face\n"
           "            tokenizers use tools/prepare_tokenized.py (same --input/--output, docs/DATA.md)\n"
           "  synth     write a learnable synthetic task (copy, reverse, sort, add) in the same format\n"
-          "  inspect   print each shard's tokens, type and attributes, and check it (its decode table too)\n"
+          "  inspect   print each shard's tokens, type and attributes, and check it (every id below vocab_size, its\n"
+          "            decode table too)\n"
           "  check     read K steps as training would, on a mesh (default 'b:N', layout 'batch:b')\n"
           "\n"
           "  --input PATH        a text file or a directory (repeat for more)\n"
@@ -259,6 +260,28 @@ static int print_segments(const char *path, int64_t count, mtf_error *err) {
   return rc;
 }
 
+/* Every token id of a shard in [0, vocab_size): read in blocks, the first one outside is the error (naming its
+ * offset in the file). */
+static int check_ids(const char *path, int64_t count, int64_t vocab, mtf_error *err) {
+  enum { BLOCK = 1 << 20 };
+  mtf_shard shard;
+  MTF_CHECK(mtf_shard_open(path, &shard, err));
+  int32_t *ids = malloc(sizeof(int32_t) * BLOCK);
+  int rc = ids ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "out of memory reading the tokens of '%s'", path);
+  for (int64_t at = 0; rc == MTF_OK && at < count; at += BLOCK) {
+    int64_t n = count - at < BLOCK ? count - at : BLOCK;
+    rc = mtf_shard_read(&shard, at, n, ids, 0, err);
+    for (int64_t i = 0; rc == MTF_OK && i < n; i++)
+      if (ids[i] < 0 || ids[i] >= vocab)
+        rc = mtf_error_set(err, MTF_ERR_INVALID, "shard '%s': token id %d at offset %lld is outside [0, %lld), the "
+                           "shard's own vocab_size: its tokens or its vocab_size attribute are wrong (make the shard "
+                           "again)", path, (int)ids[i], (long long)(at + i), (long long)vocab);
+  }
+  free(ids);
+  mtf_shard_close(&shard);
+  return rc;
+}
+
 static int run_inspect(int argc, char **argv, const data_args *args) {
   if (only_options(args, "inspect", 0)) return usage_error(NULL);
   if (optind >= argc) return usage_error("inspect needs at least one DATA argument");
@@ -284,6 +307,10 @@ static int run_inspect(int argc, char **argv, const data_args *args) {
         status = MTF_EXIT_FAILURE;
       }
       printf("\n");
+      if (check_ids(dataset.paths[i], m->num_tokens, m->vocab_size, &err) != MTF_OK) {
+        fprintf(stderr, "mtf data inspect: error: %s\n", err.msg);
+        status = MTF_EXIT_FAILURE;
+      }
       mtf_decode_table table;
       if (m->decode_ids > 0 && mtf_shard_read_decode_table(dataset.paths[i], &table, &err) != MTF_OK) {
         /* the shapes were checked on opening; this reads and checks the contents */

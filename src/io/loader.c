@@ -448,7 +448,8 @@ int mtf_loader_cursor_set(mtf_loader *loader, const mtf_loader_cursor *cursor, m
                          "%lld: the data or the sequence length changed since it was saved",
                          (long long)cursor->windows, loader->opts.data, (long long)loader->opts.length,
                          (long long)windows);
-  if (cursor->epoch < 0 || cursor->position < 0 || cursor->position + batch > windows)
+  /* position > windows - batch: position + batch would overflow for a damaged position near INT64_MAX */
+  if (cursor->epoch < 0 || cursor->position < 0 || cursor->position > windows - batch)
     return mtf_error_set(err, MTF_ERR_INVALID,
                          "the saved data cursor (epoch %lld, position %lld) is outside this dataset's %lld windows "
                          "for batch %lld",

@@ -4,7 +4,8 @@
 #   NaN weights are reported as such by mtf eval and mtf train --from (exit 1, no learning-rate advice);
 #   finite weights whose evaluation overflows make mtf eval exit 1 instead of printing "loss nan";
 #   a negative step is refused; a token shard given to --from is named as one;
-#   string attributes that are arrays (config, mesh) are refused by inspect and by a resume, without a crash;
+#   string attributes that are arrays (config, mesh) are refused by inspect and by a resume, without a crash,
+#   and a config over the 16 MiB limit is said to be too large (issue 35);
 #   a NULLPAD string of full width keeps its last character; inspect --json escapes every string;
 #   a variable whose storage was never written (and has no checksum) is refused, not restored as zeros.
 # usage: bad_values.sh MTF MPIEXEC CONFIG DATA WORK
@@ -52,9 +53,23 @@ expect 1 token-shard "is a token shard, not a checkpoint" \
 for attr in config mesh; do
   cp "$good" "$work/array-$attr.h5"
   $py "$here/poison.py" "$work/array-$attr.h5" strings "$attr" "$(printf 'x%.0s' $(seq 300))" b c d e f g h
-  expect 1 inspect-array-$attr "lacks its config, mesh or layout attribute" -n "$crash" \
-    -- "$mtf" ckpt inspect "$work/array-$attr.h5"
+  expect 1 inspect-array-$attr "its '$attr' attribute cannot be read as one string: it is an array of 8 strings" \
+    -n "$crash" -- "$mtf" ckpt inspect "$work/array-$attr.h5"
 done
+# A config attribute past the 16 MiB a string attribute may have (dense attribute storage, HDF5 1.8+ files):
+# said so, with the limit, not "missing".
+$py - "$good" "$work/huge-config.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r") as src, h5py.File(sys.argv[2], "w", libver="latest") as dst:
+    for key in src:
+        src.copy(src[key], dst, name=key)
+    for key, value in src.attrs.items():
+        if key != "config":
+            dst.attrs[key] = value
+    dst.attrs["config"] = np.bytes_(b"y" * (17 << 20))
+PY
+expect 1 inspect-huge-config "its 'config' attribute cannot be read as one string: it is 17.0 MiB, over the 16 MiB" \
+  -n "$crash" -- "$mtf" ckpt inspect "$work/huge-config.h5"
 # A resume whose only checkpoint has an array as its config: the restore does not read the (informative)
 # config, so it resumes, without a crash.
 mkdir -p "$work/array-run/checkpoints"

@@ -134,6 +134,15 @@ static int write_attr_cases(const char *root) {
   failed |= file < 0 || put_attr(file, "vocab_size", H5T_STD_U64LE, 0, 1, &huge);
   if (file >= 0) H5Fclose(file);
 
+  /* A vocab_size below the ids the shard holds (ids 0..255, vocab_size 200, no eot): data inspect reads every
+   * id. */
+  int64_t small_vocab = 200, no_eot = -1;
+  make_dir(root, "ids-over-vocab", dir, sizeof dir);
+  file = good_shard_without(dir, "vocab_size", path, sizeof path);
+  failed |= file < 0 || put_attr(file, "vocab_size", H5T_STD_I64LE, 0, 1, &small_vocab) ||
+            H5Adelete(file, "eot_id") < 0 || put_attr(file, "eot_id", H5T_STD_I64LE, 0, 1, &no_eot);
+  if (file >= 0) H5Fclose(file);
+
   /* tokenizer as an array of 64 variable-length strings (read into one pointer: a heap overflow). */
   const char *names[64];
   for (int i = 0; i < 64; i++) names[i] = "bytes";

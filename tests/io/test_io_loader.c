@@ -172,6 +172,12 @@ int main(int argc, char **argv) {
   wrong.windows += 1;
   CHECK(mtf_loader_cursor_set(fresh, &wrong, &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "the data or the sequence length changed");
+  /* A position from a damaged checkpoint near INT64_MAX is refused, without overflowing position + batch
+   * (UBSan's signed overflow in the sanitizer pass, issue 35). */
+  mtf_loader_cursor huge = saved;
+  huge.position = INT64_MAX;
+  CHECK(mtf_loader_cursor_set(fresh, &huge, &err) == MTF_ERR_INVALID);
+  CHECK_CONTAINS(err.msg, "is outside this dataset's");
 
   int failed = check_failed;
   MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
