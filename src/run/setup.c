@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "io/dataset.h"
+#include "run/node_memory.h"
 
 static mtf_precision precision_of(const mtf_config *cfg) {
   return strcmp(cfg->precision, "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
@@ -141,6 +142,12 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   if (rc == MTF_OK && st->rank != 0) mtf_program_free(&st->program);
   if (rc == MTF_OK) rc = mtf_comm_world_create(&cfg->mesh_shape, &st->comm, err);
   if (rc == MTF_OK && st->rank != 0) rc = mtf_program_build(cfg, st->comm->rank, &st->program, err);
+  /* Before anything is allocated: a job whose planned peak the node cannot hold is refused now, with the
+   * figures, rather than killed by the system later (the cpu backend: its arenas are host memory). */
+  if (rc == MTF_OK && (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
+    rc = mtf_run_check_memory_fit(&st->program, cfg, mtf_world_ranks_on_node(), err);
+  if (st->comm) rc = mtf_comm_agree(st->comm, rc, err); /* no rank goes on to allocate when one may not */
+  if (rc != MTF_OK) return rc;
   if (rc == MTF_OK && with_training) rc = mtf_session_create(st->program.train_plan, st->comm, &options, &st->train, err);
   options.share_variables_with = st->train;
   if (rc == MTF_OK && with_training && st->program.apply_plan)
