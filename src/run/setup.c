@@ -142,9 +142,10 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   if (rc == MTF_OK && st->rank != 0) mtf_program_free(&st->program);
   if (rc == MTF_OK) rc = mtf_comm_world_create(&cfg->mesh_shape, &st->comm, err);
   if (rc == MTF_OK && st->rank != 0) rc = mtf_program_build(cfg, st->comm->rank, &st->program, err);
-  /* Before anything is allocated: a job whose planned peak the node cannot hold is refused now, with the
-   * figures, rather than killed by the system later (the cpu backend: its arenas are host memory). */
-  if (rc == MTF_OK && (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
+  /* Before anything is allocated: a training job whose planned peak the node cannot hold is refused now, with
+   * the figures, rather than killed by the system later (the cpu backend: its arenas are host memory; the
+   * estimate is a training run's, so eval and generate are not checked by it). */
+  if (rc == MTF_OK && with_training && (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
     rc = mtf_run_check_memory_fit(&st->program, cfg, mtf_world_ranks_on_node(), err);
   if (st->comm) rc = mtf_comm_agree(st->comm, rc, err); /* no rank goes on to allocate when one may not */
   if (rc != MTF_OK) return rc;
