@@ -172,9 +172,14 @@ static int allocate_storage(mtf_session *s, mtf_error *err) {
                                  plan->graph->nodes[buf->node].name);
   }
   return MTF_OK;
-nomem:
-  return mtf_error_set(err, MTF_ERR_NOMEM, "session: cannot allocate %lld bytes of activations and the variables",
-                       (long long)plan->arena_elements * MTF_ARENA_WORD);
+nomem: {
+  const char *why = be->error_text ? be->error_text(be) : NULL;
+  return mtf_error_set(err, MTF_ERR_NOMEM, "session: backend '%s' cannot allocate the plan's %.2f GiB of activations "
+                       "and its variables%s%s: lower the peak with train.microbatches, train.recompute: block, or a "
+                       "layout that splits the model over more ranks (`mtf plan` shows the figures)", be->name,
+                       (double)plan->arena_elements * MTF_ARENA_WORD / (1 << 30), why && why[0] ? ": " : "",
+                       why ? why : "");
+}
 }
 
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,

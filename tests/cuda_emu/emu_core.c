@@ -284,6 +284,33 @@ static void test_einsum(mtf_comm *comm) {
   }
 }
 
+/* A plan larger than the device (a 32 GiB variable on the emulator's 16 GiB GPU): the session is refused at
+ * creation, naming the GPU's free and total memory and what lowers the need, as a real GPU's cudaMalloc
+ * failure would be (issue 35). */
+static void test_out_of_device_memory(mtf_comm *comm) {
+  mtf_graph *g = mtf_graph_create(1);
+  mtf_shape big;
+  mtf_shape_parse("a:8192,b:1048576", "big", &big, NULL);
+  mtf_tensor w = mtf_variable(g, "w", &big, MTF_INIT_ZEROS, 0.0f);
+  mtf_layout_rules rules;
+  mtf_error err;
+  mtf_layout_rules_parse("", &rules, &err);
+  mtf_plan *plan = NULL;
+  mtf_session *s = NULL;
+  mtf_session_options options = {.backend = "cuda-emu"};
+  int planned = mtf_plan_create(g, &comm->mesh, &rules, 0, 1, &w, &plan, &err) == MTF_OK;
+  int rc = planned ? mtf_session_create(plan, comm, &options, &s, &err) : MTF_OK;
+  CHECK(planned && rc == MTF_ERR_NOMEM);
+  if (rc == MTF_ERR_NOMEM) {
+    CHECK_CONTAINS(err.msg, "backend 'cuda' cannot allocate", "the GPU has", "GiB free of 16.00 GiB",
+                   "train.microbatches");
+    printf("out of device memory: %s\n", err.msg);
+  }
+  mtf_session_destroy(s);
+  mtf_plan_destroy(plan);
+  mtf_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
   mtf_world_init(&argc, &argv);
   mtf_backend *cpu = NULL, *emu = NULL;
@@ -299,6 +326,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   test_einsum(comm);
+  test_out_of_device_memory(comm);
   mtf_comm_destroy(comm);
   int rc = check_summary();
   mtf_world_finalize();

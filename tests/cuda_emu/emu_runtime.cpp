@@ -185,6 +185,9 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
    * caught. Filled with 0xff bytes (float NaN, int32 -1): device memory starts as garbage, and a kernel that
    * reads what nobody wrote must not pass because fresh host pages happen to be zeros. */
   void *block = nullptr;
+  *p = nullptr;
+  if (bytes > EMULATED_MEMORY - (allocated_bytes < EMULATED_MEMORY ? allocated_bytes : EMULATED_MEMORY))
+    return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of the emulated device's memory");
   if (posix_memalign(&block, 256, bytes ? bytes : 1) != 0) block = nullptr;
   *p = block;
   if (!block) return fail(cudaErrorMemoryAllocation, "cudaMalloc: out of host memory");

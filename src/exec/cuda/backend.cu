@@ -112,6 +112,13 @@ __global__ void blocks_kernel(const T *in, T *out, int64_t outer, int64_t len, i
 static void *cuda_allocate(mtf_backend *b, size_t bytes) {
   void *p = NULL;
   cudaError_t rc = cudaMalloc(&p, bytes ? bytes : 1);
+  size_t free_bytes = 0, total_bytes = 0;
+  if (rc == cudaErrorMemoryAllocation && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    cudaGetLastError(); /* the failed allocation's error is reported here, with the device's figures */
+    mtf_cuda_refuse(b, "cudaMalloc of %.2f GiB: the GPU has %.2f GiB free of %.2f GiB", (double)bytes / (1 << 30),
+                    (double)free_bytes / (1 << 30), (double)total_bytes / (1 << 30));
+    return NULL;
+  }
   if (rc != cudaSuccess) {
     mtf_cuda_fail(b, rc, "cudaMalloc", __FILE__, __LINE__);
     return NULL;
