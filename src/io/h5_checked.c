@@ -213,7 +213,10 @@ int mtf_h5_check_dataset(int64_t loc, const char *name, int64_t dataset_id, cons
   if (points > 0 && layout == H5D_CHUNKED) {
     hsize_t expected = 1, have = 0;
     int ok = chunk_rank == rank;
-    for (int d = 0; ok && d < rank; d++) ok = chunk[d] > 0, expected *= ok ? (dims[d] + chunk[d] - 1) / chunk[d] : 0;
+    for (int d = 0; ok && d < rank; d++) {
+      ok = chunk[d] > 0;
+      if (ok) expected *= (dims[d] + chunk[d] - 1) / chunk[d];
+    }
     hid_t all = H5Dget_space(dataset); /* its whole extent selected (H5S_ALL is refused by HDF5 1.10) */
     written = ok && all >= 0 && H5Dget_num_chunks(dataset, all, &have) >= 0 && have == expected;
     if (all >= 0) H5Sclose(all);

@@ -113,13 +113,15 @@ static int scratch_parts(mtf_backend *b, const mtf_einsum_dims *d, float *scratc
   return MTF_OK;
 }
 
-/* float32 operands; r->temp is set by the caller where the result is bf16-stored. */
-static int einsum2(mtf_backend *b, const mtf_step *st, const float *a, const float *bm, const einsum_result *r,
-                   float *scratch) {
+/* float32 operands into out (bf16-stored where out_bf16). A bf16-stored result the GEMM cannot write itself
+ * is formed in the scratch after the decomposition's part and the `widened` elements of widened operands. */
+static int einsum2(mtf_backend *b, const mtf_step *st, const float *a, const float *bm, void *out, int out_bf16,
+                   float *scratch, int64_t widened) {
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   float *part[5];
   MTF_CHECK(scratch_parts(b, &d, scratch, part));
+  einsum_result r = {out, out_bf16, out_bf16 && !d.c_packed && scratch ? scratch + d.scratch_elements + widened : NULL};
   if (d.a_summed) { /* dims only one operand has and the output lacks: summed out first */
     MTF_CHECK(mtf_cuda_reduce_into(b, &st->in_shape[0], a, &d.a_kept, part[0], 0));
     a = part[0];
@@ -131,51 +133,47 @@ static int einsum2(mtf_backend *b, const mtf_step *st, const float *a, const flo
   const float *ap, *bp;
   MTF_CHECK(prepare(b, &d.a_kept, a, &d.batch, &d.m, &d.k, d.a_packed, part[2], &ap));
   MTF_CHECK(prepare(b, &d.b_kept, bm, &d.batch, &d.k, &d.n, d.b_packed, part[3], &bp));
-  return product(b, st, &d, CUDA_R_32F, ap, bp, part[4], r);
+  return product(b, st, &d, CUDA_R_32F, ap, bp, part[4], &r);
 }
 
-/* Both operands bfloat16: multiplied as they are when both are in the GEMM's order, else widened to float32
- * in the scratch after the decomposition's part and multiplied in fp32 (see the file's comment); a
- * bf16-stored result's float32 temp follows them. */
-static int einsum2_bf16(mtf_backend *b, const mtf_step *st, const void *a, const void *bm, einsum_result *r,
+/* Both operands bfloat16: multiplied as they are when both are in the GEMM's order (the GEMM or the unpacking
+ * reorder writing a bf16-stored result), else widened to float32 in the scratch after the decomposition's part
+ * and multiplied in fp32 (see the file's comment). */
+static int einsum2_bf16(mtf_backend *b, const mtf_step *st, const void *a, const void *bm, void *out, int out_bf16,
                         float *scratch) {
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
   if (!d.a_summed && !d.b_summed && !d.a_packed && !d.b_packed) {
     float *part[5];
     MTF_CHECK(scratch_parts(b, &d, scratch, part));
-    return product(b, st, &d, CUDA_R_16BF, a, bm, part[4], r);
+    einsum_result r = {out, out_bf16, NULL};
+    return product(b, st, &d, CUDA_R_16BF, a, bm, part[4], &r);
   }
   int64_t na = mtf_shape_num_elements(&st->in_shape[0]), nbm = mtf_shape_num_elements(&st->in_shape[1]);
   if (!scratch)
     return mtf_cuda_refuse(b, "einsum: bfloat16 operands to reorder need %lld elements of scratch and the step has "
                            "none (a lowering bug)", (long long)(d.scratch_elements + na + nbm));
   float *wa = scratch + d.scratch_elements, *wb = wa + na;
-  if (r->bf16 && !d.c_packed) r->temp = wb + nbm;
   MTF_CHECK(mtf_cuda_k_cast(b, a, MTF_BF16, wa, MTF_F32, na));
   MTF_CHECK(mtf_cuda_k_cast(b, bm, MTF_BF16, wb, MTF_F32, nbm));
-  return einsum2(b, st, wa, wb, r, scratch);
+  return einsum2(b, st, wa, wb, out, out_bf16, scratch, na + nbm);
 }
 
 static int k_einsum(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *args) {
-  einsum_result r = {args->out, st->out_dtype == MTF_BF16, NULL};
+  int out_bf16 = st->out_dtype == MTF_BF16;
   if (st->n_in == 1) {
     if (st->in_dtype[0] != MTF_F32)
       return mtf_cuda_refuse(b, "einsum: a one-operand einsum of %s; the CUDA backend sums float32",
                              mtf_dtype_name(st->in_dtype[0]));
-    return mtf_cuda_reduce_into(b, &st->in_shape[0], (const float *)args->in[0], &st->out_shape, r.out, r.bf16);
+    return mtf_cuda_reduce_into(b, &st->in_shape[0], (const float *)args->in[0], &st->out_shape, args->out, out_bf16);
   }
   if (st->in_dtype[0] == MTF_BF16 && st->in_dtype[1] == MTF_BF16)
-    return einsum2_bf16(b, st, args->in[0], args->in[1], &r, (float *)args->scratch);
+    return einsum2_bf16(b, st, args->in[0], args->in[1], args->out, out_bf16, (float *)args->scratch);
   if (st->in_dtype[0] != MTF_F32 || st->in_dtype[1] != MTF_F32)
     return mtf_cuda_refuse(b, "einsum: operands %s and %s; the CUDA backend multiplies two float32 or two bfloat16",
                            mtf_dtype_name(st->in_dtype[0]), mtf_dtype_name(st->in_dtype[1]));
-  if (r.bf16) {
-    mtf_einsum_dims d;
-    mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
-    if (!d.c_packed && args->scratch) r.temp = (float *)args->scratch + d.scratch_elements;
-  }
-  return einsum2(b, st, (const float *)args->in[0], (const float *)args->in[1], &r, (float *)args->scratch);
+  return einsum2(b, st, (const float *)args->in[0], (const float *)args->in[1], args->out, out_bf16,
+                 (float *)args->scratch, 0);
 }
 
 void mtf_cuda_register_einsum(mtf_kernel_fn *kernels) { kernels[MTF_OP_EINSUM] = k_einsum; }
