@@ -188,6 +188,7 @@ static int emit_kernel_into(lowering *lw, int node, mtf_phase phase, int n_in, c
   if ((phase == MTF_PHASE_WHOLE || phase == MTF_PHASE_APPLY) && out_dtype == MTF_F32) out_dtype = lw->dtype[node];
   s.out_dtype = out_dtype;
   s.params = n->params;
+  s.bf16_policy = n->bf16_policy;
   s.seed = lw->g->seed;
   for (int d = 0; d < n->shape.rank; d++) s.global_dims[d] = n->shape.dims[d].size;
   if (phase == MTF_PHASE_WHOLE || phase == MTF_PHASE_APPLY)

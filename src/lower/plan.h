@@ -79,6 +79,9 @@ typedef struct mtf_step {
    * goes into buffer bf16_copy - 1 (0: none): written by an adam_update kernel itself, after any other step
    * by the executor. */
   int skip_when_copy_current, bf16_copy;
+  /* The node was built under the bf16 matmul policy (mtf_node.bf16_policy): its kernels may sum in another
+   * order than the fp32 reference path's (lanes instead of one running double), which fp32 runs never see. */
+  int bf16_policy;
 } mtf_step;
 
 /* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */

@@ -403,6 +403,9 @@ static const op_case cases[] = {
     {"layer_norm_grad, dim first", {"d:4,a:2", "d:4,a:2"}, c_layer_norm_grad},
     {"layer_norm_grad, mean 100 x std", {"a:3,d:8", "a:3,d:8"}, c_layer_norm_grad_offset},
     {"rms_norm_grad", {"a:3,d:4", "a:3,d:4"}, c_rms_norm_grad},
+    /* rows longer than the cpu kernels' 16 lanes (the bf16 policy's lane sums, exec/cpu/fused_grad.c) */
+    {"layer_norm_grad, rows of 40", {"a:2,d:40", "a:2,d:40"}, c_layer_norm_grad},
+    {"rms_norm_grad, rows of 40", {"a:2,d:40", "a:2,d:40"}, c_rms_norm_grad},
     {"softmax_cross_entropy_grad + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_grad},
     {"softmax_cross_entropy_grad, vocab first", {"v:8,a:4", "a:4"}, c_xent_grad_vocab_first},
     {"softmax_cross_entropy_grad + label smoothing + z_loss", {"a:3,c:1,v:6", "a:3,c:1"}, c_xent_smoothed_grad},

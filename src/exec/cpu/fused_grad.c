@@ -6,6 +6,7 @@
  * The split phases' statistics buffers are [k, rows]: statistic i of row r is at i * rows + r. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
@@ -84,6 +85,54 @@ static inline norm_sums norm_row_sums(const float *x, const float *dy, double me
   return s;
 }
 
+/* The same sums in 16 float lanes (element j in lane j % 16) moved into double every MTF_ROW_BLOCK elements, as
+ * rowops.h's sums: for contiguous rows of steps under the bf16 policy (mtf_step.bf16_policy), whose sums may
+ * differ from the running double's in the last bits; fp32 runs keep norm_row_sums. GCC's vector type makes the
+ * lanes registers (arrays of lanes stayed in memory: 2.6x slower here). */
+typedef float norm_lanes __attribute__((vector_size(sizeof(float) * MTF_LANES)));
+
+static inline norm_sums norm_row_sums_lanes(const float *x, const float *dy, double mean, int64_t len) {
+  norm_sums s = {0, 0, 0, 0};
+  const float m = (float)mean;
+  int64_t j = 0;
+  while (j + MTF_LANES <= len) {
+    norm_lanes sq = {0}, d = {0}, dc = {0};
+    int64_t end = j + MTF_ROW_BLOCK < len ? j + MTF_ROW_BLOCK : len;
+    for (; j + MTF_LANES <= end; j += MTF_LANES) {
+      norm_lanes c, g;
+      memcpy(&c, x + j, sizeof c);
+      memcpy(&g, dy + j, sizeof g);
+      c -= m;
+      sq += c * c;
+      d += g;
+      dc += g * c;
+    }
+    for (int k = 0; k < MTF_LANES; k++) {
+      s.squares += sq[k];
+      s.dy += d[k];
+      s.dy_c += dc[k];
+    }
+  }
+  for (; j < len; j++) {
+    double c = (double)x[j] - mean, g = dy[j];
+    s.squares += c * c;
+    s.dy += g;
+    s.dy_c += g * c;
+  }
+  return s;
+}
+
+static inline norm_sums norm_sums_of(const mtf_step *st, const float *x, const float *dy, double mean, int64_t len,
+                                     int64_t stride) {
+  if (st->bf16_policy && stride == 1) return norm_row_sums_lanes(x, dy, mean, len);
+  return norm_row_sums(x, dy, mean, len, stride);
+}
+
+static inline double norm_sum_of(const mtf_step *st, const float *x, int64_t len, int64_t stride) {
+  if (st->bf16_policy && stride == 1) return mtf_row_sum(x, len);
+  return norm_row_sum(x, len, stride);
+}
+
 static inline void norm_row_apply(const float *x, const float *dy, double mean, const norm_sums *s, double n, float eps,
                                   int layer, int64_t len, int64_t stride, float *out) {
   double r = 1.0 / sqrt(s->squares / n + eps);
@@ -101,15 +150,15 @@ static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const
     int64_t b = mtf_row_base(r, row);
     switch (st->phase) {
       case MTF_PHASE_WHOLE: {
-        double mean = layer ? norm_row_sum(x + b, r->len, stride) / n : 0.0;
-        norm_sums s = norm_row_sums(x + b, dy + b, mean, r->len, stride);
+        double mean = layer ? norm_sum_of(st, x + b, r->len, stride) / n : 0.0;
+        norm_sums s = norm_sums_of(st, x + b, dy + b, mean, r->len, stride);
         norm_row_apply(x + b, dy + b, mean, &s, n, eps, layer, r->len, stride, out + b);
         break;
       }
-      case MTF_PHASE_SUM: out[row] = (float)norm_row_sum(x + b, r->len, stride); break;
+      case MTF_PHASE_SUM: out[row] = (float)norm_sum_of(st, x + b, r->len, stride); break;
       case MTF_PHASE_STATS: { /* in[2]: the allreduced sum of x (layer norm) */
         float total = layer ? ((const float *)a->in[2])[row] : 0.0f;
-        norm_sums s = norm_row_sums(x + b, dy + b, total / n, r->len, stride);
+        norm_sums s = norm_sums_of(st, x + b, dy + b, total / n, r->len, stride);
         out[row] = carried(st, total);
         out[r->count + row] = (float)s.squares;
         out[2 * r->count + row] = (float)s.dy;
