@@ -1,5 +1,6 @@
 #define _POSIX_C_SOURCE 200809L /* gethostname */
 #include "comm/nccl_comm.h"
+#include "comm/world.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -137,8 +138,8 @@ static int nccl_alltoall_blocks(mtf_comm *comm, mtf_axis_set axes, const void *i
   MTF_CHECK(begin(s, err));
   ncclComm_t c = s->comms[axes];
   int g = mtf_comm_group_size(comm, axes), me = mtf_comm_group_position(comm, axes);
-  const char *send = in_blocks;
-  char *recv = out_blocks;
+  const char *send = (const char *)in_blocks;
+  char *recv = (char *)out_blocks;
   MTF_CHECK(copy_async(s, recv + (size_t)me * block_bytes, send + (size_t)me * block_bytes, block_bytes, err));
   if (c) {
     NCCL_TRY(ncclGroupStart(), c);
@@ -188,7 +189,7 @@ static int nccl_barrier(mtf_comm *comm, mtf_error *err) {
 static int free_event(nccl_impl *s, mtf_error *err) {
   for (int i = 0; i < s->n_events; i++)
     if (!s->events[i].busy) return i;
-  nccl_event *more = realloc(s->events, sizeof *more * (size_t)(s->n_events + 1));
+  nccl_event *more = (nccl_event *)realloc(s->events, sizeof *more * (size_t)(s->n_events + 1));
   if (!more) return -mtf_error_set(err, MTF_ERR_NOMEM, "nccl: cannot allocate a request");
   s->events = more;
   cudaError_t rc = cudaEventCreateWithFlags(&more[s->n_events].event, cudaEventDisableTiming);
@@ -285,7 +286,7 @@ int mtf_comm_nccl_gpus_shared(mtf_comm *host, int *shared, char *why, size_t why
   mtf_axis_set all = mtf_mesh_all_axes(&host->mesh);
   char mine[GPU_KEY] = {0};
   gpu_key(mine, host->rank);
-  char *keys = calloc((size_t)host->size, GPU_KEY);
+  char *keys = (char *)calloc((size_t)host->size, GPU_KEY);
   if (!keys) return mtf_error_set(err, MTF_ERR_NOMEM, "nccl: cannot allocate the GPU survey");
   int rc = host->ops->allgather_blocks(host, all, mine, keys, GPU_KEY, err);
   /* Members of the all-axes group lie in mesh rank order. */
@@ -308,7 +309,8 @@ typedef struct id_message {
 } id_message;
 
 /* One NCCL communicator for axis set `set`: position 0 makes the id, the host broadcasts it over the
- * set's group, every member joins. */
+ * set's group, every member joins. A member whose ncclCommInitRank fails ends the job: its peers wait inside
+ * theirs for it (NCCL's bootstrap has no timeout), where no later agreement over the host could reach them. */
 static int make_group(nccl_impl *s, mtf_comm *comm, mtf_axis_set set, mtf_error *err) {
   int g = mtf_comm_group_size(comm, set), me = mtf_comm_group_position(comm, set);
   id_message msg;
@@ -318,7 +320,12 @@ static int make_group(nccl_impl *s, mtf_comm *comm, mtf_axis_set set, mtf_error 
   if (msg.status)
     return mtf_error_set(err, MTF_ERR_COMM, "nccl: ncclGetUniqueId failed on position 0 of the group of axis set 0x%x",
                          set);
-  NCCL_TRY(ncclCommInitRank(&s->comms[set], g, msg.id, me), NULL);
+  ncclResult_t rc = ncclCommInitRank(&s->comms[set], g, msg.id, me);
+  if (rc != ncclSuccess) {
+    nccl_failed(rc, "ncclCommInitRank", NULL, err);
+    mtf_error_prefix(err, "nccl: the communicator of axis set 0x%x (position %d of %d)", set, me, g);
+    mtf_world_abort(1, "backend.comm nccl", err);
+  }
   s->owner[set] = 1;
   return MTF_OK;
 }
@@ -332,8 +339,8 @@ static mtf_axis_set canonical(const mtf_shape *mesh, mtf_axis_set set) {
 
 int mtf_comm_nccl_create(mtf_comm *host, void *compute_stream, void *comm_stream, mtf_comm **out, mtf_error *err) {
   *out = NULL;
-  nccl_impl *s = calloc(1, sizeof *s);
-  mtf_comm *comm = calloc(1, sizeof *comm);
+  nccl_impl *s = (nccl_impl *)calloc(1, sizeof *s);
+  mtf_comm *comm = (mtf_comm *)calloc(1, sizeof *comm);
   if (!s || !comm) {
     free(s);
     free(comm);

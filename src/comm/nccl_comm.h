@@ -19,6 +19,14 @@
 
 #include "comm/comm.h"
 
+/* The CUDA emulator (tests/cuda_emu) compiles this communicator again, against its NCCL over MPI: under
+ * other names, so that a test program can link it next to the real one of a build that has NCCL. */
+#ifdef MTF_CUDA_EMU
+#define mtf_comm_nccl_gpus_shared mtf_comm_nccl_emu_gpus_shared
+#define mtf_comm_nccl_create mtf_comm_nccl_emu_create
+#define mtf_comm_nccl_version mtf_comm_nccl_emu_version
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

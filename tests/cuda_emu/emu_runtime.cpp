@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <map>
 
@@ -168,7 +169,11 @@ cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) 
 }
 cudaError_t cudaDeviceGetPCIBusId(char *bus_id, int len, int device) {
   if (device != 0) return fail(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId: the emulator has one device, 0");
-  snprintf(bus_id, (size_t)(len > 0 ? len : 0), "0000:00:00.0");
+  /* One GPU for the whole host, as ranks sharing a GPU see it (NCCL refuses that, so backend.comm auto stages);
+   * MTF_EMU_GPUS=per-process gives each process a GPU of its own, as one GPU per rank does. */
+  const char *gpus = getenv("MTF_EMU_GPUS");
+  unsigned bus = gpus && strcmp(gpus, "per-process") == 0 ? (unsigned)getpid() : 0u;
+  snprintf(bus_id, (size_t)(len > 0 ? len : 0), "%04x:%02x:00.0", (bus >> 8) & 0xffffu, bus & 0xffu);
   return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }

@@ -11,8 +11,13 @@
  * is bf16 too (the same policy, roundings and weight copies on the other backend's kernels): the losses must
  * then agree within 1e-3 relative (the order of fp32 sums differs, and with it some bfloat16 roundings).
  *
+ * --comm nccl runs cuda-emu's collectives through the NCCL communicator (src/comm/nccl_comm.c on the emulator's
+ * NCCL over MPI; the ctest gives each process its own emulated GPU, MTF_EMU_GPUS=per-process), which must then
+ * have made NCCL calls.
+ *
  *   mpiexec -n R test_cuda_emu_training [--steps N] [--mesh SHAPE] [--layout TEXT] [--optimizer NAME]
- *                                       [--config FILE] [--precision fp32|bf16] [--tf32 0|1] [--against bf16] */
+ *                                       [--config FILE] [--precision fp32|bf16] [--tf32 0|1] [--against bf16]
+ *                                       [--comm nccl] */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -23,6 +28,8 @@
 #include "../train_steps.h"
 
 enum { MAX_STEPS = 64 };
+
+long mtf_emu_nccl_calls(void); /* tests/cuda_emu/include/nccl.h (C++), given C linkage there */
 
 /* Step s's batch: token and target ids from a hash of (step, position), the same for both backends. */
 static void batch_of(int step, int64_t n, int64_t vocab, int32_t *tokens, int32_t *targets) {
@@ -64,7 +71,7 @@ int main(int argc, char **argv) {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int steps = 20;
-  const char *config = "tests/run/tiny-test.yaml", *mesh = "m:1", *layout = "", *optimizer = "adamw";
+  const char *config = "tests/run/tiny-test.yaml", *mesh = "m:1", *layout = "", *optimizer = "adamw", *comm = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--config") == 0) config = argv[i + 1];
@@ -74,6 +81,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--precision") == 0) precision = strcmp(argv[i + 1], "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
     else if (strcmp(argv[i], "--tf32") == 0) tf32 = atoi(argv[i + 1]);
     else if (strcmp(argv[i], "--against") == 0) against_bf16 = strcmp(argv[i + 1], "bf16") == 0;
+    else if (strcmp(argv[i], "--comm") == 0) comm = argv[i + 1];
   }
   if (against_bf16 && precision != MTF_PRECISION_BF16) {
     fprintf(stderr, "--against bf16 needs --precision bf16\n");
@@ -87,6 +95,11 @@ int main(int argc, char **argv) {
   if (rc == MTF_OK)
     rc = test_train_configure(&reduced_cfg, config, mesh, layout, optimizer,
                               precision == MTF_PRECISION_BF16 ? "backend.precision=bf16" : NULL, &err);
+  if (rc == MTF_OK && comm) {
+    char set_comm[64];
+    snprintf(set_comm, sizeof set_comm, "backend.comm=%s", comm);
+    rc = mtf_config_set(&reduced_cfg, set_comm, &err);
+  }
   if (rc != MTF_OK) fprintf(stderr, "config: %s\n", err.msg);
   CHECK(rc == MTF_OK);
   if (rc == MTF_OK && precision == MTF_PRECISION_BF16) {
@@ -106,9 +119,15 @@ int main(int argc, char **argv) {
     CHECK(rc == MTF_OK);
   }
   if (rc == MTF_OK) {
+    long nccl_before = mtf_emu_nccl_calls();
     rc = train(&reduced_cfg, "cuda-emu", steps, got, &err);
     if (rc != MTF_OK) fprintf(stderr, "cuda-emu: %s\n", err.msg);
     CHECK(rc == MTF_OK);
+    if (comm && strcmp(comm, "nccl") == 0) {
+      long calls = mtf_emu_nccl_calls() - nccl_before;
+      if (rank == 0) printf("cuda-emu: %ld collective calls through NCCL on rank 0\n", calls);
+      CHECK(calls > steps);
+    }
   }
   if (rc == MTF_OK && rank == 0) {
     double worst = 0;

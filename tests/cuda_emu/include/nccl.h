@@ -1,6 +1,21 @@
-/* The CUDA emulator's nccl.h (tests/cuda_emu): version and error strings only. The emulated backend's
- * collectives go through the MPI communicator on (host) memory; a NCCL call here answers that NCCL is not
- * emulated, so code that needs it falls back or reports it. */
+/* The CUDA emulator's nccl.h (tests/cuda_emu): NCCL's calls that comm/nccl_comm.c makes, carried out over MPI
+ * (emu_nccl.cpp) on the emulator's device memory, which is host memory. So the NCCL communicator's own code
+ * runs in CI on 2 and 4 ranks: id exchange, one communicator per set of mesh axes, every collective, group
+ * semantics of send/receive, and a rank failing in ncclCommInitRank.
+ *
+ * What it models, and what it does not:
+ *  - Collectives are synchronous, as the emulator's streams are (the stream argument is accepted and unused).
+ *  - Buffers must be device memory (cudaMalloc'd), as NCCL needs: host pointers are ncclInvalidArgument.
+ *  - A communicator is an MPI communicator made by ncclCommInitRank with MPI_Comm_split over MPI_COMM_WORLD,
+ *    which is collective over the whole job: every rank of the job makes its communicators in the same
+ *    order, one group per call (nccl_comm.c's creation walks the axis sets in one order on every rank). Real
+ *    NCCL needs only the group's members.
+ *  - Sums of bfloat16 add each pair in float and round, as the MPI communicator's (mtf_reduce_into), so both
+ *    give the same bits; sums of float, double and int are MPI's.
+ *  - MTF_EMU_NCCL_FAIL_INIT=R (a world rank) makes that rank's every ncclCommInitRank fail with
+ *    ncclSystemError, without joining, as a NCCL that cannot reach its peers would; its peers then wait in
+ *    theirs, as real NCCL's do.
+ * C++ linkage, as the emulated runtime's (cuda_runtime.h): a program may also link the real NCCL. */
 #ifndef MTF_CUDA_EMU_NCCL_H
 #define MTF_CUDA_EMU_NCCL_H
 
@@ -33,34 +48,29 @@ typedef enum { ncclInt8 = 0, ncclChar = 0, ncclUint8 = 1, ncclInt32 = 2, ncclInt
                ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 
-inline ncclResult_t ncclGetVersion(int *version) {
-  *version = NCCL_VERSION_CODE;
-  return ncclSuccess;
-}
-inline const char *ncclGetErrorString(ncclResult_t r) {
-  return r == ncclSuccess ? "no error" : "NCCL is not emulated (tests/cuda_emu): use the MPI communicator";
-}
-inline const char *ncclGetLastError(ncclComm_t) { return ncclGetErrorString(ncclInvalidUsage); }
-inline ncclResult_t ncclGetUniqueId(ncclUniqueId *) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t *, void *) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
-inline ncclResult_t ncclCommAbort(ncclComm_t) { return ncclSuccess; }
-inline ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
-inline ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
-inline ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                  cudaStream_t) { return ncclInvalidUsage; }
-inline ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                      cudaStream_t) { return ncclInvalidUsage; }
-inline ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclInvalidUsage; }
+ncclResult_t ncclGetVersion(int *version);
+const char *ncclGetErrorString(ncclResult_t r);
+const char *ncclGetLastError(ncclComm_t comm);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclGroupStart(void);
+ncclResult_t ncclGroupEnd(void);
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t send_count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recv_count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
+
+/* emulator-only: collective calls made through communicators since the process started (tests check that a
+ * run's collectives went through NCCL, not the staged path); C linkage, for the C test programs */
+extern "C" long mtf_emu_nccl_calls(void);
 
 #endif
