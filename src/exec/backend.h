@@ -83,6 +83,12 @@ struct mtf_backend {
   int bf16_storage;
   /* Optional: how it multiplies bfloat16 operands (the backend line of a bf16 run). */
   const char *(*bf16_text)(mtf_backend *b);
+  /* Optional, for MTF_PROFILE on a device whose kernels run after their launch returns (the host clock would
+   * time launches): profile_mark records mark i (0, 1, ... in a run) on the device's timeline after the work
+   * queued so far; once the device has passed mark i + 1 (after synchronize), profile_seconds gives the time
+   * between marks i and i + 1. NULL: the executor times steps on the host clock. */
+  int (*profile_mark)(mtf_backend *b, int i);
+  int (*profile_seconds)(mtf_backend *b, int i, double *seconds);
   void *ctx;
 };
 

@@ -613,12 +613,14 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   int copies_current = s->copies_version != 0 && s->copies_version == owner->variables_version;
   owner->variables_version++; /* this run writes the variables (or may, for all the other sessions know) */
   s->copies_version = 0;      /* until it has run to the end */
+  int device_timed = mtf_profile_device_begin(s->profile, s->backend);
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
     if (st->skip_when_copy_current && copies_current) continue;
     double start = s->profile ? mtf_now_seconds() : 0.0;
     int rc = run_step(s, st, err);
-    if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
+    if (device_timed) mtf_profile_device_step(s->profile, s->backend, st);
+    else if (s->profile) mtf_profile_add(s->profile, st, mtf_now_seconds() - start);
     if (rc == MTF_OK && s->n_in_flight > 0 && st->kind == MTF_STEP_KERNEL) rc = progress_buckets(s, err);
     if (rc) {
       /* A memory call of the backend (copy, slice, synchronize, ...) returns its code alone. */
@@ -640,6 +642,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
                                   b->kind == MTF_BUF_ARENA ? mtf_buffer_words(b) : b->elements);
       }
   }
+  if (device_timed) mtf_profile_device_end(s->profile, s->backend);
   if (s->profile) mtf_profile_run(s->profile);
   if (p->stats.bf16_weight_copies > 0) s->copies_version = owner->variables_version;
   /* Every START has its WAIT in the plan; a bucket still in flight here would be a planner bug. */

@@ -136,7 +136,13 @@ cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t *mode) {
 cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t mode) {
   return mode == CUBLAS_POINTER_MODE_HOST ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
-cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+/* As cuBLAS asks: device memory, 256-byte aligned, a size that is a multiple of 256. */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void *workspace, size_t bytes) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (bytes && (!mtf_emu_is_device(workspace, bytes) || (uintptr_t)workspace % 256 != 0 || bytes % 256 != 0))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
 const char *cublasGetStatusName(cublasStatus_t status) {
   switch (status) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";

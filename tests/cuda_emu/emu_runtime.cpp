@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 
 #include "cuda_runtime.h"
@@ -16,6 +17,8 @@ struct CUstream_st {
 };
 struct CUevent_st {
   int recorded;
+  unsigned flags;
+  std::chrono::steady_clock::time_point when; /* the host's clock: the emulator's work is done when recorded */
 };
 
 namespace {
@@ -263,10 +266,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned) {
   return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent on a null event");
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) {
-  *e = new CUevent_st{0};
+  *e = new CUevent_st{0, 0, {}};
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+  *e = new CUevent_st{0, flags, {}};
+  return cudaSuccess;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
   delete e;
   return cudaSuccess;
@@ -274,12 +280,18 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
   if (!e) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord on a null event");
   e->recorded = 1;
+  e->when = std::chrono::steady_clock::now();
   return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 0.0f; /* no device timeline to measure */
+/* As CUDA: both events recorded and made with timing (not cudaEventDisableTiming). */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!start || !end) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on a null event");
+  if ((start->flags | end->flags) & cudaEventDisableTiming)
+    return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event made with cudaEventDisableTiming");
+  if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime on an event never recorded");
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }
 cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int value) {

@@ -263,6 +263,9 @@ static void cuda_destroy(mtf_backend *b) {
     if (c->compute) cudaStreamSynchronize(c->compute);
     if (c->comm) cudaStreamSynchronize(c->comm);
     if (c->cublas) cublasDestroy(c->cublas);
+    if (c->gemm_workspace) cudaFree(c->gemm_workspace);
+    for (int i = 0; i < c->n_marks; i++) cudaEventDestroy(c->marks[i]);
+    free(c->marks);
     if (c->compute) cudaStreamDestroy(c->compute);
     if (c->comm) cudaStreamDestroy(c->comm);
     free(c);
@@ -289,6 +292,36 @@ static int setup(mtf_backend *b, const mtf_backend_options *o) {
   MTF_CUBLAS_CHECK(b, cublasSetStream(c->cublas, c->compute));
   /* TF32 only when asked for: cuBLAS's default math is full fp32. */
   MTF_CUBLAS_CHECK(b, cublasSetMathMode(c->cublas, o->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  /* cuBLAS's workspace, the size its documentation recommends (32 MiB from Hopper on, 4 MiB before), made here:
+   * left to itself cuBLAS allocates one on a stream's first GEMMs, with cudaMalloc (and its synchronisation)
+   * in the middle of a step. cudaMalloc's 256-byte alignment is what cuBLAS asks of it. */
+  c->gemm_workspace_bytes = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+  MTF_CUDA_CHECK(b, cudaMalloc(&c->gemm_workspace, c->gemm_workspace_bytes));
+  MTF_CUBLAS_CHECK(b, cublasSetWorkspace(c->cublas, c->gemm_workspace, c->gemm_workspace_bytes));
+  return MTF_OK;
+}
+
+/* MTF_PROFILE's device timeline: event i recorded on the compute stream (events made as marks need them). */
+static int cuda_profile_mark(mtf_backend *b, int i) {
+  mtf_cuda_context *c = mtf_cuda_ctx(b);
+  if (i < 0) return mtf_cuda_refuse(b, "profile mark %d", i);
+  if (i >= c->n_marks) {
+    int n = i < 2 * c->n_marks ? 2 * c->n_marks : i + 64;
+    cudaEvent_t *grown = (cudaEvent_t *)realloc(c->marks, sizeof *grown * (size_t)n);
+    if (!grown) return mtf_cuda_refuse(b, "profile marks: out of host memory");
+    c->marks = grown;
+    for (; c->n_marks < n; c->n_marks++) MTF_CUDA_CHECK(b, cudaEventCreate(&c->marks[c->n_marks]));
+  }
+  MTF_CUDA_CHECK(b, cudaEventRecord(c->marks[i], c->compute));
+  return MTF_OK;
+}
+
+static int cuda_profile_seconds(mtf_backend *b, int i, double *seconds) {
+  mtf_cuda_context *c = mtf_cuda_ctx(b);
+  if (i < 0 || i + 1 >= c->n_marks) return mtf_cuda_refuse(b, "profile: no marks %d and %d", i, i + 1);
+  float ms = 0.0f;
+  MTF_CUDA_CHECK(b, cudaEventElapsedTime(&ms, c->marks[i], c->marks[i + 1]));
+  *seconds = ms * 1e-3;
   return MTF_OK;
 }
 
@@ -313,6 +346,8 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->error_text = cuda_error_text;
   b->device_comm = mtf_cuda_device_comm; /* collectives on device memory: NCCL or staged MPI (cuda_comm.cu) */
   b->bf16_storage = 1; /* the kernels read and write bf16-stored activations; adam_update writes weight copies */
+  b->profile_mark = cuda_profile_mark;
+  b->profile_seconds = cuda_profile_seconds;
   b->ctx = c;
   c->device = device;
   c->tf32 = options->tf32;

@@ -90,6 +90,10 @@ typedef struct mtf_cuda_context {
                             * come from the graph: einsums of MTF_BF16 operands, einsum.cu) */
   int sm_count;            /* multiprocessors (grid sizing) */
   void *comm_state;        /* the NCCL communicator's, when one is bound to this backend */
+  void *gemm_workspace;    /* cuBLAS's, set once at creation so that no GEMM allocates one mid-step */
+  size_t gemm_workspace_bytes;
+  cudaEvent_t *marks;      /* MTF_PROFILE's device timeline (mtf_backend.profile_mark), grown as needed */
+  int n_marks;
   char last_error[512];    /* what the last failed CUDA or cuBLAS call said, with where */
 } mtf_cuda_context;
 
