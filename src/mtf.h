@@ -265,6 +265,10 @@ typedef struct mtf_plan_options {
    * and the weight's cast runs only when that copy is stale (lower/weight_copies.c): one pass over the weights
    * less per step. The copies stay allocated between runs. For the cpu backend (the run layer sets it there). */
   int bf16_weight_copies;
+  /* Bytes that every arena buffer's offset is a multiple of (a power of two, at least 4; 0: 4): the run layer
+   * asks 256 for cuda, whose vector loads and cuBLAS want aligned operands. Buffers inside a gradient bucket
+   * lie back to back within the bucket's range, which is aligned. */
+  int arena_alignment;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

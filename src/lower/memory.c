@@ -169,12 +169,12 @@ static int64_t first_fit_over_time(mtf_plan *plan, const lifetime *starts, int n
   for (int i = 0, e = 0; i < n; i++) {
     for (; e < n_ends && ends[e].last < starts[i].first; e++) {
       const mtf_buffer *dead = &plan->buffers[ends[e].buffer];
-      int64_t words = mtf_buffer_words(dead);
+      int64_t words = ends[e].words;
       root = release(&h, root, dead->offset, dead->offset + words);
       alive -= words;
     }
     mtf_buffer *buf = &plan->buffers[starts[i].buffer];
-    int64_t words = mtf_buffer_words(buf);
+    int64_t words = starts[i].words;
     root = first_fit(&h, root, words, &buf->offset);
     if (buf->offset + words > arena) arena = buf->offset + words;
     alive += words;
@@ -267,7 +267,14 @@ done:
   return arena;
 }
 
-int64_t mtf_plan_assign_memory(mtf_plan *plan) {
+/* A buffer's words rounded up to the alignment: with every size a multiple of it and the arena starting at 0,
+ * every hole's ends and so every offset are multiples of it too. */
+static int64_t aligned_words(const mtf_buffer *b, int64_t align_words) {
+  int64_t words = mtf_buffer_words(b);
+  return align_words > 1 ? (words + align_words - 1) / align_words * align_words : words;
+}
+
+int64_t mtf_plan_assign_memory(mtf_plan *plan, int64_t align_words) {
   size_t cap = (size_t)plan->n_buffers + 1;
   lifetime *starts = malloc(sizeof(lifetime) * cap), *ends = malloc(sizeof(lifetime) * cap);
   int64_t *offsets = malloc(sizeof(int64_t) * cap);
@@ -279,7 +286,7 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan) {
     if (buf->kind != MTF_BUF_ARENA) continue;
     if (buf->last_step < buf->first_step) buf->last_step = buf->first_step; /* written, never read */
     buf->offset = 0;
-    if (buf->elements > 0 && !buf->bucket) /* a bucket's members are placed with their range, below */ starts[n++] = (lifetime){mtf_buffer_words(buf), buf->first_step, buf->last_step, b};
+    if (buf->elements > 0 && !buf->bucket) /* a bucket's members are placed with their range, below */ starts[n++] = (lifetime){aligned_words(buf, align_words), buf->first_step, buf->last_step, b};
   }
   qsort(starts, (size_t)n, sizeof(lifetime), by_first);
   int n_ends = 0;

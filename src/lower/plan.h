@@ -108,6 +108,7 @@ struct mtf_plan {
   mtf_buffer *buffers;
   int n_buffers, cap_buffers;
   int64_t arena_elements;
+  int arena_alignment; /* bytes: every arena buffer's offset is a multiple (mtf_plan_options.arena_alignment) */
   int n_variables, n_inputs;  /* storage slots */
   int *fetch_nodes;
   int n_fetches;
@@ -124,8 +125,9 @@ static inline int64_t mtf_buffer_words(const mtf_buffer *b) {
 }
 
 /* memory.c: assigns arena offsets by liveness; returns the arena size in elements. Buffers inside a bucket
- * get their bucket range's offset plus their own bucket_offset. */
-int64_t mtf_plan_assign_memory(mtf_plan *plan);
+ * get their bucket range's offset plus their own bucket_offset. Every other buffer's offset (and the space it
+ * takes) is a multiple of align_words arena words. */
+int64_t mtf_plan_assign_memory(mtf_plan *plan, int64_t align_words);
 
 /* buckets.c: after lowering, before memory planning: groups the plan's gradient allreduces into buckets of
  * at most bucket_bytes (a larger gradient gets a bucket of its own), each reduced by one START/WAIT pair

@@ -6,14 +6,16 @@
 #include <string.h>
 
 #include "model/transformer.h"
+#include "run/program.h"
 #include "run/setup.h"
 
 
 /* The plan of `rank` for fetch t and the assigns of build m (none for the full forward). */
 static int plan_for(mtf_gen_engine *e, const mtf_config *cfg, int rank, const mtf_transformer *m, mtf_tensor t,
                     mtf_plan **out, mtf_error *err) {
+  mtf_plan_options options = {.arena_alignment = mtf_run_arena_alignment(cfg)};
   return mtf_plan_create_with_assigns(e->g, &cfg->mesh_shape, &cfg->layout, rank, 1, &t, m->first_assign,
-                                      m->n_assigns, NULL, out, err);
+                                      m->n_assigns, &options, out, err);
 }
 
 int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, int cached, mtf_error *err) {

@@ -81,6 +81,8 @@ static int bf16_weight_copies(const mtf_config *cfg) {
   return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }
 
+int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend, "cuda", 4) == 0 ? 256 : 0; }
+
 /* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */
 static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                           const mtf_layout_rules *rules, int rank, mtf_plan **train, mtf_plan **apply, mtf_error *err) {
@@ -101,7 +103,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
                               .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
                               .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
-                              .bf16_weight_copies = bf16_weight_copies(cfg)};
+                              .bf16_weight_copies = bf16_weight_copies(cfg),
+                              .arena_alignment = mtf_run_arena_alignment(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
@@ -111,9 +114,10 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, n_fetches - 1, fetches, p->first_accumulate,
                                     p->first_update - p->first_accumulate, &options, train, err);
   free(fetches);
+  mtf_plan_options apply_options = {.arena_alignment = options.arena_alignment};
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, 1, &p->grad_norm, p->first_update,
-                                      mtf_graph_num_assigns(g) - p->first_update, NULL, apply, err);
+                                      mtf_graph_num_assigns(g) - p->first_update, &apply_options, apply, err);
   return rc;
 }
 
@@ -121,7 +125,7 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
 static int evaluation_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                             const mtf_layout_rules *rules, int rank, mtf_plan **eval, mtf_plan **dropless,
                             mtf_error *err) {
-  mtf_plan_options options = {.bf16_storage = 1};
+  mtf_plan_options options = {.bf16_storage = 1, .arena_alignment = mtf_run_arena_alignment(cfg)};
   MTF_CHECK(mtf_plan_create_with_assigns(p->graph, mesh, rules, rank, 1, &p->eval_model.token_loss, 0, 0, &options,
                                          eval, err));
   if (!dropless) return MTF_OK;
@@ -171,7 +175,7 @@ int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *p, mtf_error
     eval_fetches[n_eval_fetches++] = p->eval_model.loss_count;
   }
   if (p->eval_model.exact_rows != MTF_NO_TENSOR) eval_fetches[n_eval_fetches++] = p->eval_model.exact_rows;
-  mtf_plan_options eval_options = {.bf16_storage = 1};
+  mtf_plan_options eval_options = {.bf16_storage = 1, .arena_alignment = mtf_run_arena_alignment(cfg)};
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(p->graph, &cfg->mesh_shape, &cfg->layout, rank, n_eval_fetches, eval_fetches, 0,
                                       0, &eval_options, &p->eval_plan, err);

@@ -46,6 +46,8 @@ typedef struct mtf_program_plans {
 
 /* Builds the graph and the plans for mesh rank `rank` of cfg->mesh_shape under cfg->layout. */
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *out, mtf_error *err);
+/* The arena alignment the config's backend wants (mtf_plan_options.arena_alignment): 256 bytes for cuda. */
+int mtf_run_arena_alignment(const mtf_config *cfg);
 void mtf_program_free(mtf_program *p);
 /* The same plans as mtf_program_build's (fetches, assigns, options) for p's graph on another mesh and rank:
  * the pjrt backend runs every rank of the device mesh from one process, so it makes them all on one graph. */

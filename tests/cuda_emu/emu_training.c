@@ -26,6 +26,7 @@
 
 #include "../check.h"
 #include "../train_steps.h"
+#include "lower/plan.h"
 
 enum { MAX_STEPS = 64 };
 
@@ -53,6 +54,28 @@ static int bf16_plan_stats(const mtf_config *cfg, const char *kind, int rank, mt
   *stats = *mtf_plan_get_stats(p.train_plan);
   mtf_program_free(&p);
   return MTF_OK;
+}
+
+/* The cuda plans' arena buffers (train and evaluation) whose offset is not a multiple of 256 bytes
+ * (mtf_plan_options.arena_alignment; buffers inside a gradient bucket lie back to back and are not counted);
+ * *count gets how many were looked at. */
+static int misaligned_buffers(const mtf_config *cfg, int rank, int *count, mtf_error *err) {
+  mtf_config c = *cfg;
+  snprintf(c.backend, sizeof c.backend, "cuda-emu");
+  mtf_program p;
+  MTF_CHECK(mtf_program_build(&c, rank, &p, err));
+  const mtf_plan *plans[2] = {p.train_plan, p.eval_plan};
+  int bad = 0;
+  *count = 0;
+  for (int k = 0; k < 2; k++)
+    for (int b = 0; plans[k] && b < plans[k]->n_buffers; b++) {
+      const mtf_buffer *buf = &plans[k]->buffers[b];
+      if (buf->kind != MTF_BUF_ARENA || buf->bucket || buf->elements == 0) continue;
+      (*count)++;
+      bad += (buf->offset * MTF_ARENA_WORD) % 256 != 0;
+    }
+  mtf_program_free(&p);
+  return bad;
 }
 
 static int train(const mtf_config *cfg, const char *backend, int steps, double *losses, mtf_error *err) {
@@ -111,6 +134,11 @@ int main(int argc, char **argv) {
       printf("cuda-emu bf16 train plan: %d activations stored as bfloat16, %d weights' bfloat16 copies\n",
              stats.bf16_values, stats.bf16_weight_copies);
     CHECK(rc != MTF_OK || (stats.bf16_values > 0 && stats.bf16_weight_copies > 0));
+  }
+  if (rc == MTF_OK) {
+    int looked = 0, bad = misaligned_buffers(&reduced_cfg, rank, &looked, &err);
+    if (rank == 0) printf("cuda-emu plans: %d of %d arena buffers off a 256-byte boundary\n", bad, looked);
+    CHECK(bad == 0 && looked > 0);
   }
   double want[MAX_STEPS], got[MAX_STEPS];
   if (rc == MTF_OK) {
