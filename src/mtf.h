@@ -244,6 +244,7 @@ typedef struct mtf_plan_stats {
   int64_t bf16_value_bytes; /* their bytes on this rank */
   int bf16_weight_copies;   /* weights whose bfloat16 copy the optimizer writes (mtf_plan_options) */
   int64_t bf16_weight_copy_bytes; /* those copies' bytes on this rank, kept between runs */
+  int fused_optimizer_updates;    /* adam_update steps that run their moving averages too (fuse_optimizer) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -269,6 +270,10 @@ typedef struct mtf_plan_options {
    * asks 256 for cuda, whose vector loads and cuBLAS want aligned operands. Buffers inside a gradient bucket
    * lie back to back within the bucket's range, which is aligned. */
   int arena_alignment;
+  /* AdamW's three passes per variable (the two moving averages of its slots, then the update) as one: the
+   * update's kernel runs the moving averages too, with the same arithmetic (lower/fuse_moments.c). For backends
+   * whose adam_update kernel does (cpu, cuda: the run layer sets it there). */
+  int fuse_optimizer;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

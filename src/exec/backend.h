@@ -20,6 +20,7 @@ typedef struct mtf_kernel_args {
   const void *in[MTF_MAX_OP_INPUTS];
   void *scratch;           /* step->scratch's arena buffer, or NULL */
   void *bf16_copy;         /* adam_update: where round(out) goes as well (step->bf16_copy), or NULL */
+  const void *moments_grad; /* adam_update with step->fused_moments: the gradient its moving averages read */
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
   /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */
   const char *microbatch_dim;

@@ -557,6 +557,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       for (int k = 0; k < st->n_in; k++) args.in[k] = buffer_data(s, st->in[k]);
       if (st->scratch >= 0) args.scratch = buffer_data(s, st->scratch);
       if (st->bf16_copy > 0) args.bf16_copy = buffer_data(s, st->bf16_copy - 1);
+      if (st->fused_moments) args.moments_grad = buffer_data(s, st->moments_grad);
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;
       if (rc != MTF_OK) {
@@ -616,7 +617,7 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   int device_timed = mtf_profile_device_begin(s->profile, s->backend);
   for (int i = 0; i < p->n_steps; i++) {
     const mtf_step *st = &p->steps[i];
-    if (st->skip_when_copy_current && copies_current) continue;
+    if ((st->skip_when_copy_current && copies_current) || st->fused) continue;
     double start = s->profile ? mtf_now_seconds() : 0.0;
     int rc = run_step(s, st, err);
     if (device_timed) mtf_profile_device_step(s->profile, s->backend, st);

@@ -23,6 +23,9 @@ void mtf_lw_overwrite_inputs(mtf_lowering *lw);
 /* adam_update steps also write the bfloat16 copy of their weight that the weight's cast made, which the
  * cast then skips while it is current (weight_copies.c; mtf_plan_options.bf16_weight_copies). */
 void mtf_lw_weight_copies(mtf_lowering *lw);
+/* AdamW's moving averages of m and v folded into the adam_update step that reads them (fuse_moments.c;
+ * mtf_plan_options.fuse_optimizer). */
+void mtf_lw_fuse_moments(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

@@ -82,6 +82,12 @@ typedef struct mtf_step {
   /* The node was built under the bf16 matmul policy (mtf_node.bf16_policy): its kernels may sum in another
    * order than the fp32 reference path's (lanes instead of one running double), which fp32 runs never see. */
   int bf16_policy;
+  /* lower/fuse_moments.c (mtf_plan_options.fuse_optimizer): an adam_update that also runs its two slots' moving
+   * averages in the same pass: m and v (its inputs 1 and 2, the slots' own buffers) updated in place from the
+   * gradient in buffer moments_grad with keep/add of m and of v, before the update reads them; the moving
+   * averages' own steps are then marked `fused` and the executor skips them. */
+  int fused_moments, moments_grad, fused;
+  float moments_keep[2], moments_add[2];
 } mtf_step;
 
 /* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */

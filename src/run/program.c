@@ -74,10 +74,10 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
-/* Whether the optimizer writes the weights' bfloat16 copies (mtf_plan_options.bf16_weight_copies): the backends
- * that run a plan step by step and so can skip a cast whose copy is current, cpu and cuda ("cuda-emu" in tests:
- * the cuda backend's kernels on the host), not pjrt's one compiled program per step. */
-static int bf16_weight_copies(const mtf_config *cfg) {
+/* The backends that run a plan step by step, cpu and cuda ("cuda-emu" in tests: the cuda backend's kernels on the
+ * host), not pjrt's one compiled program per step: those skip a cast whose weight copy is current
+ * (mtf_plan_options.bf16_weight_copies) and a moving average fused into its adam_update (fuse_optimizer). */
+static int runs_step_by_step(const mtf_config *cfg) {
   return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }
 
@@ -103,8 +103,9 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
                               .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
                               .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
-                              .bf16_weight_copies = bf16_weight_copies(cfg),
-                              .arena_alignment = mtf_run_arena_alignment(cfg)};
+                              .bf16_weight_copies = runs_step_by_step(cfg),
+                              .arena_alignment = mtf_run_arena_alignment(cfg),
+                              .fuse_optimizer = runs_step_by_step(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
@@ -114,7 +115,7 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, n_fetches - 1, fetches, p->first_accumulate,
                                     p->first_update - p->first_accumulate, &options, train, err);
   free(fetches);
-  mtf_plan_options apply_options = {.arena_alignment = options.arena_alignment};
+  mtf_plan_options apply_options = {.arena_alignment = options.arena_alignment, .fuse_optimizer = options.fuse_optimizer};
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, 1, &p->grad_norm, p->first_update,
                                       mtf_graph_num_assigns(g) - p->first_update, &apply_options, apply, err);

@@ -1,5 +1,6 @@
 /* CUDA kernels of the fused optimizer ops (ops/optimizer_ops.c): one pass over the local slice in float, as
- * the CPU's. The per-step scalars live in device memory (the decay of a three-input moving average, AdamW's
+ * the CPU's; an adam_update whose plan fused its slots' moving averages into it (lower/fuse_moments.c) runs
+ * them in the same pass. The per-step scalars live in device memory (the decay of a three-input moving average, AdamW's
  * learning rate and step), so each thread reads them; AdamW's bias corrections are computed per block by
  * one thread in double (ops/optimizer_ops.c's mtf_adam_bias_correction: -expm1(t ln beta)) and shared. AdamW also
  * writes the weight's bfloat16 copy where the plan keeps one (lower/weight_copies.c). */
@@ -30,9 +31,16 @@ __device__ inline double bias_correction(double beta, double step) { return beta
 
 /* copy: NULL, or the weight's bfloat16 working copy (mtf_kernel_args.bf16_copy), written with the update so no
  * product casts the weight again. */
-__global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const float *v, const float *lr_in,
+/* Where the plan fused the slots' moving averages into the update (lower/fuse_moments.c): the gradient and each
+ * slot's keep and add; m and v are then updated in place first, with k_moving_average_apply's expressions. */
+struct fused_moments {
+  const float *grad;
+  float keep1, add1, keep2, add2;
+};
+
+__global__ void k_adam_kernel(int64_t n, const float *w, float *m, float *v, const float *lr_in,
                               const float *step_in, float beta1, float beta2, float eps, float wd, float *out,
-                              mtf_bf16 *copy) {
+                              mtf_bf16 *copy, fused_moments fm) {
   __shared__ float scalars[3]; /* lr, 1 / c1, 1 / c2 */
   if (threadIdx.x == 0) {
     double step = step_in[0];
@@ -43,6 +51,11 @@ __global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const f
   __syncthreads();
   const float lr = scalars[0], inv_c1 = scalars[1], inv_c2 = scalars[2];
   MTF_GRID_STRIDE(i, n) {
+    if (fm.grad) {
+      float x = fm.grad[i];
+      m[i] = fm.keep1 * m[i] + (1.0f - fm.keep1) * (x + fm.add1);
+      v[i] = fm.keep2 * v[i] + (1.0f - fm.keep2) * (x * x + fm.add2);
+    }
     float updated = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
     out[i] = updated;
     if (copy) copy[i] = mtf_bf16_from_float(updated);
@@ -51,10 +64,12 @@ __global__ void k_adam_kernel(int64_t n, const float *w, const float *m, const f
 
 static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   int64_t n = mtf_shape_num_elements(&st->out_shape);
+  fused_moments fm = {st->fused_moments ? (const float *)a->moments_grad : NULL, st->moments_keep[0],
+                      st->moments_add[0], st->moments_keep[1], st->moments_add[1]};
   MTF_LAUNCH(k_adam_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (const float *)a->in[0],
-             (const float *)a->in[1], (const float *)a->in[2], (const float *)a->in[3], (const float *)a->in[4],
+             (float *)a->in[1], (float *)a->in[2], (const float *)a->in[3], (const float *)a->in[4],
              st->params.adam.beta1, st->params.adam.beta2, st->params.adam.epsilon, st->params.adam.weight_decay,
-             (float *)a->out, (mtf_bf16 *)a->bf16_copy);
+             (float *)a->out, (mtf_bf16 *)a->bf16_copy, fm);
   K_DONE(b, "adam_update");
 }
 
