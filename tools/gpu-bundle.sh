@@ -90,19 +90,26 @@ mtf_bundle_libs=$mtf_bundle/lib
 for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/nvidia/lib64; do
   [ -d "$d" ] && mtf_bundle_libs=$mtf_bundle_libs:$d
 done
-# NCCL: the system's if the loader knows one, else one a Python package brought (PyTorch's nvidia-nccl).
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2 '; then
-  for f in /usr/local/cuda/lib64/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2 \
-           $(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2 \
-                   /usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so.2 2>/dev/null); do
-    [ -e "$f" ] && { mtf_bundle_libs=$mtf_bundle_libs:$(dirname "$f"); break; }
+# CUDA's runtime, cuBLAS and NCCL: the system's where the loader or the CUDA directories above have them, else
+# those a Python package brought (PyTorch's nvidia-* wheels: nvidia/<name>/lib in its site-packages).
+for mtf_bundle_file in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  ldconfig -p 2>/dev/null | grep -q "$mtf_bundle_file " && continue
+  mtf_bundle_found=0
+  IFS=: read -r -a mtf_bundle_dirs <<< "$mtf_bundle_libs"
+  for d in "${mtf_bundle_dirs[@]}"; do [ -e "$d/$mtf_bundle_file" ] && mtf_bundle_found=1; done
+  [ "$mtf_bundle_found" = 1 ] && continue
+  for f in $(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/*/lib/"$mtf_bundle_file" \
+                   /usr/local/lib/python3*/dist-packages/nvidia/*/lib/"$mtf_bundle_file" \
+                   /usr/lib/python3/dist-packages/nvidia/*/lib/"$mtf_bundle_file" 2>/dev/null); do
+    mtf_bundle_libs=$mtf_bundle_libs:$(dirname "$f")
+    break
   done
-fi
+done
 export LD_LIBRARY_PATH=$mtf_bundle_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Components whose own libraries (InfiniBand, UCX, ...) are absent are skipped quietly; shared memory and TCP
 # are in the bundle.
 export OMPI_MCA_mca_base_component_show_load_errors=0
-unset mtf_bundle_libs
+unset mtf_bundle_libs mtf_bundle_file mtf_bundle_found mtf_bundle_dirs d f
 EOF
 
 {

@@ -140,7 +140,8 @@ if [ "$dry_run" = 1 ]; then
   gpu_name="none (dry run)" gpu_count=0
   verdict probe SKIP "dry run: the cpu backend stands in for cuda"
 else
-  gpus=$(timeout 3 "$nvidia_smi" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | grep -v '^$')
+  # The decisive question, not held to the probe's 5 s: a driver's first nvidia-smi can take several seconds.
+  gpus=$(timeout 20 "$nvidia_smi" --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | grep -v '^$')
   gpu_count=$(printf '%s' "$gpus" | grep -c . || true)
   if [ "${gpu_count:-0}" -eq 0 ]; then
     out "gpu-check: no GPU on this machine ($nvidia_smi lists none$(command -v "$nvidia_smi" > /dev/null || echo ': not installed')): nothing was set up or measured"

@@ -91,6 +91,24 @@ __host__ __device__ inline int64_t k_walk_offset(const k_walk &w, int k, int64_t
   return off;
 }
 
+/* The same in 32-bit arithmetic, for walks whose element count (and so every operand's offset: an operand is
+ * at most as large as the walk) is below 2^31: a 64-bit division costs tens of instructions per element. */
+__host__ __device__ inline uint32_t k_walk_offset32(const k_walk &w, int k, uint32_t e) {
+  uint32_t off = 0;
+  for (int d = w.rank - 1; d >= 0; d--) {
+    uint32_t size = (uint32_t)w.dims[d];
+    off += (e % size) * (uint32_t)w.strides[k][d];
+    e /= size;
+  }
+  return off;
+}
+
+/* After k_walk_coalesce: operand k is laid out as the walk (element e at offset e). */
+static inline int k_walk_flat(const k_walk *w, int k) { return w->rank == 0 || (w->rank == 1 && w->strides[k][0] == 1); }
+
+/* Four floats at a time: p 16-byte aligned and n a multiple of 4 (arena buffers start on 256 bytes). */
+static inline int k_vec4_ok(const void *p, int64_t n) { return n % 4 == 0 && ((uintptr_t)p & 15u) == 0; }
+
 /* Element i of an index tensor held as int32 or as floats with integer values (mtf_cpu_index). */
 __host__ __device__ inline int64_t k_index(const void *ids, int is_i32, int64_t i) {
   return is_i32 ? (int64_t)((const int32_t *)ids)[i] : (int64_t)rintf(((const float *)ids)[i]);

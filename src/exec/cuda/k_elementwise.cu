@@ -58,7 +58,9 @@ __device__ inline float k_binary_value(int kind, float u, float v) {
   return u;
 }
 
-/* ---- kernels ---- */
+/* ---- kernels ----
+ * In place (an output that is also an input) is allowed where a kernel reads element e before writing it, as
+ * these do; the vec4 forms read their four elements before writing them too. */
 
 __global__ void k_fill_kernel(float value, int64_t n, float *out) {
   MTF_GRID_STRIDE(i, n) out[i] = value;
@@ -72,14 +74,42 @@ __global__ void k_broadcast_kernel(k_walk w, int64_t n, const float *in, float *
   MTF_GRID_STRIDE(e, n) out[e] = in[k_walk_offset(w, 0, e)];
 }
 
-/* out_bf16 / in_bf16: a bf16-stored output or argument (lower/storage.c), fp32 math either way. */
+/* out_bf16 / in_bf16: a bf16-stored output or argument (lower/storage.c), fp32 math either way. The general
+ * walk (64-bit index arithmetic, any size) and, chosen by k_binary, its cheaper forms: a walk in 32-bit
+ * arithmetic below 2^31 elements, operands laid out as the output (no walk), and those four floats at a time. */
 __global__ void k_binary_kernel(k_walk w, int64_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
   MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_binary_value(kind, x[k_walk_offset(w, 0, e)], y[k_walk_offset(w, 1, e)]));
+}
+
+__global__ void k_binary_kernel32(k_walk w, uint32_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
+  for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += blockDim.x * gridDim.x)
+    k_store(out, out_bf16, e, k_binary_value(kind, x[k_walk_offset32(w, 0, e)], y[k_walk_offset32(w, 1, e)]));
+}
+
+__global__ void k_binary_flat_kernel(int64_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
+  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_binary_value(kind, x[e], y[e]));
+}
+
+__global__ void k_binary_vec4_kernel(int64_t n4, int kind, const float4 *x, const float4 *y, float4 *out) {
+  MTF_GRID_STRIDE(e, n4) {
+    float4 u = x[e], v = y[e];
+    out[e] = make_float4(k_binary_value(kind, u.x, v.x), k_binary_value(kind, u.y, v.y),
+                         k_binary_value(kind, u.z, v.z), k_binary_value(kind, u.w, v.w));
+  }
 }
 
 __global__ void k_unary_kernel(int64_t n, int kind, float alpha, float beta, const void *in, int in_bf16, void *out,
                                int out_bf16) {
   MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_unary_value(kind, alpha, beta, k_load(in, in_bf16, e)));
+}
+
+/* float32 in and out, four at a time (k_unary chooses it where k_vec4_ok). */
+__global__ void k_unary_vec4_kernel(int64_t n4, int kind, float alpha, float beta, const float4 *in, float4 *out) {
+  MTF_GRID_STRIDE(e, n4) {
+    float4 x = in[e];
+    out[e] = make_float4(k_unary_value(kind, alpha, beta, x.x), k_unary_value(kind, alpha, beta, x.y),
+                         k_unary_value(kind, alpha, beta, x.z), k_unary_value(kind, alpha, beta, x.w));
+  }
 }
 
 /* out[e] = 1 where the id at e (the input has every output dim but the one-hot dim) is that dim's global
@@ -179,15 +209,34 @@ static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
   k_walk w = k_walk_make(&st->out_shape, 2, ops);
   k_walk_coalesce(&w, 2);
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_binary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (int)st->params.binary.fn,
-             (const float *)a->in[0], (const float *)a->in[1], a->out, k_out_bf16(st));
+  int kind = (int)st->params.binary.fn, out_bf16 = k_out_bf16(st);
+  const float *x = (const float *)a->in[0], *y = (const float *)a->in[1];
+  if (k_walk_flat(&w, 0) && k_walk_flat(&w, 1)) {
+    if (!out_bf16 && k_vec4_ok(x, n) && k_vec4_ok(y, n) && k_vec4_ok(a->out, n))
+      MTF_LAUNCH(k_binary_vec4_kernel, mtf_cuda_blocks(n / 4, K_THREADS), K_THREADS, 0, K_STREAM(b), n / 4, kind,
+                 (const float4 *)x, (const float4 *)y, (float4 *)a->out);
+    else
+      MTF_LAUNCH(k_binary_flat_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, kind, x, y, a->out,
+                 out_bf16);
+  } else if (n < ((int64_t)1 << 31)) {
+    MTF_LAUNCH(k_binary_kernel32, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, (uint32_t)n, kind, x, y,
+               a->out, out_bf16);
+  } else {
+    MTF_LAUNCH(k_binary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, kind, x, y, a->out,
+               out_bf16);
+  }
   K_DONE(b, "binary");
 }
 
 static int k_unary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_unary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (int)st->params.unary.fn,
-             st->params.unary.alpha, st->params.unary.beta, a->in[0], k_in_bf16(st, 0), a->out, k_out_bf16(st));
+  if (!k_in_bf16(st, 0) && !k_out_bf16(st) && k_vec4_ok(a->in[0], n) && k_vec4_ok(a->out, n))
+    MTF_LAUNCH(k_unary_vec4_kernel, mtf_cuda_blocks(n / 4, K_THREADS), K_THREADS, 0, K_STREAM(b), n / 4,
+               (int)st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta, (const float4 *)a->in[0],
+               (float4 *)a->out);
+  else
+    MTF_LAUNCH(k_unary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, (int)st->params.unary.fn,
+               st->params.unary.alpha, st->params.unary.beta, a->in[0], k_in_bf16(st, 0), a->out, k_out_bf16(st));
   K_DONE(b, "unary");
 }
 
