@@ -554,7 +554,6 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
     mtf_plan_destroy(p);
     return mtf_error_set(err, MTF_ERR_INVALID, "plan: arena alignment %d is not a power of two", alignment);
   }
-  p->arena_alignment = alignment;
   p->arena_elements = mtf_plan_assign_memory(p, alignment / MTF_ARENA_WORD);
   if (p->arena_elements < 0) {
     mtf_plan_destroy(p);

@@ -114,7 +114,6 @@ struct mtf_plan {
   mtf_buffer *buffers;
   int n_buffers, cap_buffers;
   int64_t arena_elements;
-  int arena_alignment; /* bytes: every arena buffer's offset is a multiple (mtf_plan_options.arena_alignment) */
   int n_variables, n_inputs;  /* storage slots */
   int *fetch_nodes;
   int n_fetches;

@@ -5,28 +5,24 @@
 #include "exec/cpu/cpu.h"
 #include "ops/optimizer_ops.h"
 
-static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
-  (void)b;
-  const int64_t n = mtf_shape_num_elements(&st->out_shape);
-  const float *old = a->in[0], *x = a->in[1];
-  const float keep = st->n_in == 3 ? ((const float *)a->in[2])[0] : st->params.moment.beta, mix = 1.0f - keep;
-  const float add = st->params.moment.add;
-  float *out = a->out;
-  if (st->params.moment.power == 2)
+/* out = keep old + (1 - keep) (x^power + add) over n elements (out may be old): the one expression of a moving
+ * average, for its own kernel and for an adam_update that runs its slots' moving averages (fuse_moments.c), so
+ * both give the same bits. */
+static void moving_average_span(int64_t n, const float *old, const float *x, float keep, float add, int power,
+                                float *out) {
+  const float mix = 1.0f - keep;
+  if (power == 2)
     for (int64_t i = 0; i < n; i++) out[i] = keep * old[i] + mix * (x[i] * x[i] + add);
   else
     for (int64_t i = 0; i < n; i++) out[i] = keep * old[i] + mix * (x[i] + add);
-  return MTF_OK;
 }
 
-/* lower/fuse_moments.c: m and v (the slots, updated in place) of elements [i0, end) from the gradient, with
- * k_moving_average's expressions, so the same bits as its two passes. */
-static void moments_block(const mtf_step *st, const void *grad, float *m, float *v, int64_t i0, int64_t end) {
-  const float *x = grad;
-  const float keep1 = st->moments_keep[0], mix1 = 1.0f - keep1, add1 = st->moments_add[0];
-  const float keep2 = st->moments_keep[1], mix2 = 1.0f - keep2, add2 = st->moments_add[1];
-  for (int64_t i = i0; i < end; i++) m[i] = keep1 * m[i] + mix1 * (x[i] + add1);
-  for (int64_t i = i0; i < end; i++) v[i] = keep2 * v[i] + mix2 * (x[i] * x[i] + add2);
+static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)b;
+  const float keep = st->n_in == 3 ? ((const float *)a->in[2])[0] : st->params.moment.beta;
+  moving_average_span(mtf_shape_num_elements(&st->out_shape), a->in[0], a->in[1], keep, st->params.moment.add,
+                      st->params.moment.power, a->out);
+  return MTF_OK;
 }
 
 static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
@@ -41,8 +37,11 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   mtf_bf16 *copy = a->bf16_copy; /* lower/weight_copies.c: rounded a block at a time, while it is in cache */
   for (int64_t i0 = 0; i0 < n; i0 += MTF_CPU_BF16_BLOCK) {
     int64_t end = n - i0 < MTF_CPU_BF16_BLOCK ? n : i0 + MTF_CPU_BF16_BLOCK;
-    if (st->fused_moments) /* the slots' moving averages first, as k_moving_average computes them */
-      moments_block(st, a->moments_grad, (float *)m, (float *)v, i0, end);
+    if (st->fused_moments) { /* the slots' moving averages first (lower/fuse_moments.c), in place */
+      const float *g = (const float *)a->moments_grad + i0;
+      moving_average_span(end - i0, m + i0, g, st->moments_keep[0], st->moments_add[0], 1, (float *)m + i0);
+      moving_average_span(end - i0, v + i0, g, st->moments_keep[1], st->moments_add[1], 2, (float *)v + i0);
+    }
     for (int64_t i = i0; i < end; i++) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
     if (copy) mtf_cpu_round(out + i0, copy + i0, end - i0);
   }

@@ -9,14 +9,18 @@
 
 MTF_CUDA_BEGIN
 
+/* keep old + (1 - keep) (x^power + add): the one expression of a moving average, for its own kernel and for an
+ * adam_update that runs its slots' moving averages (lower/fuse_moments.c), so both give the same bits. */
+__device__ inline float k_moving_average_value(float keep, float old, float x, float add, int power) {
+  float v = power == 2 ? x * x + add : x + add;
+  return keep * old + (1.0f - keep) * v;
+}
+
 /* keep: the decay from device memory, or `beta` where the op has no third input. */
 __global__ void k_moving_average_apply(int64_t n, const float *old, const float *x, const float *decay, float beta,
                                        float add, int power, float *out) {
-  const float keep = decay ? decay[0] : beta, mix = 1.0f - keep;
-  MTF_GRID_STRIDE(i, n) {
-    float v = power == 2 ? x[i] * x[i] + add : x[i] + add;
-    out[i] = keep * old[i] + mix * v;
-  }
+  const float keep = decay ? decay[0] : beta;
+  MTF_GRID_STRIDE(i, n) out[i] = k_moving_average_value(keep, old[i], x[i], add, power);
 }
 
 static int k_moving_average(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
@@ -52,9 +56,8 @@ __global__ void k_adam_kernel(int64_t n, const float *w, float *m, float *v, con
   const float lr = scalars[0], inv_c1 = scalars[1], inv_c2 = scalars[2];
   MTF_GRID_STRIDE(i, n) {
     if (fm.grad) {
-      float x = fm.grad[i];
-      m[i] = fm.keep1 * m[i] + (1.0f - fm.keep1) * (x + fm.add1);
-      v[i] = fm.keep2 * v[i] + (1.0f - fm.keep2) * (x * x + fm.add2);
+      m[i] = k_moving_average_value(fm.keep1, m[i], fm.grad[i], fm.add1, 1);
+      v[i] = k_moving_average_value(fm.keep2, v[i], fm.grad[i], fm.add2, 2);
     }
     float updated = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
     out[i] = updated;
