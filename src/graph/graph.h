@@ -7,7 +7,7 @@
 #include "core/rng.h"
 #include "mtf.h"
 
-#define MTF_MAX_OP_INPUTS 5 /* attention_grad: q, k, v, its forward value and its gradient; adam_update: w, m, v, lr, step */
+#define MTF_MAX_OP_INPUTS 7 /* attention_grad: q, k, v, bias, segments, its forward value and its gradient */
 
 typedef enum mtf_op_kind {
   MTF_OP_INPUT,
@@ -40,6 +40,7 @@ typedef enum mtf_op_kind {
   MTF_OP_GELU_GRAD,         /* dy * gelu'(x); inputs x, dy */
   MTF_OP_ATTENTION,     /* fused causal attention (ops/attention.c): [_attn:2, q dims] = o, logsumexp per row */
   MTF_OP_ATTENTION_GRAD,/* its backward in one pass: [_attn_grad:3, q dims] = dq, dk, dv */
+  MTF_OP_ATTENTION_BIAS_GRAD, /* the gradient of its additive bias, at the bias's shape */
   MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
   MTF_OP_MOVING_AVERAGE, /* optimizer: d * old + (1 - d) * (x^power + add); no gradient (ops/optimizer_ops.c) */
   MTF_OP_ADAM_UPDATE,   /* optimizer: AdamW's new variable from (w, m, v, lr, step); no gradient */
@@ -87,12 +88,12 @@ typedef union mtf_op_params {
   /* attention: query positions along dim, key/value positions along memory, features along depth; the
    * weights kept with probability keep (1: no dropout) by the random_keep mask of `key`; bf16: built under
    * the bf16 matmul policy, so a backend may multiply bfloat16-rounded q, k, v and weights (fp32 accumulation,
-   * fp32 softmax and statistics) */
+   * fp32 softmax and statistics); bias, segments: the op has those optional inputs (ops/attention.h) */
   struct {
     char dim[MTF_NAME_MAX], memory[MTF_NAME_MAX], depth[MTF_NAME_MAX];
     float scale, keep;
     uint64_t key;
-    int bf16;
+    int bf16, bias, segments;
   } attention;
   struct { char dim[MTF_NAME_MAX]; int index; } take;
   /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */

@@ -6,6 +6,8 @@
  *                                          (repeated along depth), which the backward pass reuses;
  *   attention_grad  (q, k, v, F, dF)   -> G [_attn_grad:3, q dims]: dq, dk, dv in one pass (the scores and
  *                                          probabilities recomputed tile by tile, dS = P (dP - D + dlse));
+ *   attention_bias_grad (q, k, v, bias, ..., F, dF) -> d bias: dS summed over the problems that share a
+ *                                          bias element (ops/attention.h lists the optional inputs);
  *   take            (x)                -> x's slice at an index of a dim, without that dim.
  * The builder returns take(F, 0), so o is an ordinary tensor; take's gradient puts dy back into its slice
  * of the stack, and F's gradient is one attention_grad node whose three parts are taken out for q, k, v.
@@ -65,6 +67,28 @@ int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attentio
     b /= geo->batch.dims[d].size;
   }
   return offset;
+}
+
+mtf_attention_inputs mtf_attention_inputs_of(int has_bias, int has_segments, int backward) {
+  mtf_attention_inputs in = {-1, -1, -1, -1};
+  int next = 3;
+  if (has_bias) in.bias = next++;
+  if (has_segments) in.segments = next++;
+  if (backward) {
+    in.forward = next++;
+    in.forward_grad = next;
+  }
+  return in;
+}
+
+mtf_attention_view mtf_attention_bias_view(const mtf_attention_geometry *geo, const mtf_shape *bias,
+                                           const char *query_dim, const char *memory_dim) {
+  return mtf_attention_view_make(geo, bias, query_dim, memory_dim, NULL, 0);
+}
+
+mtf_attention_view mtf_attention_segments_view(const mtf_attention_geometry *geo, const mtf_shape *segments,
+                                               const char *query_dim) {
+  return mtf_attention_view_make(geo, segments, query_dim, "", NULL, 0);
 }
 
 void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
@@ -128,6 +152,13 @@ int64_t mtf_attention_scratch_backward_bf16(int64_t count, int64_t length, int64
 mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
                                 const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
                                 uint64_t dropout_key) {
+  return mtf_causal_attention_masked(g, q, k, v, MTF_NO_TENSOR, MTF_NO_TENSOR, query_dim, memory_dim, depth_dim, scale,
+                                     dropout_rate, dropout_key);
+}
+
+mtf_tensor mtf_causal_attention_masked(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, mtf_tensor bias,
+                                       mtf_tensor segments, const char *query_dim, const char *memory_dim,
+                                       const char *depth_dim, float scale, float dropout_rate, uint64_t dropout_key) {
   if (!(dropout_rate >= 0.0f && dropout_rate < 1.0f))
     return mtf_graph_fail(g, MTF_ERR_INVALID, "causal_attention: dropout rate %g must be in [0, 1)", (double)dropout_rate);
   mtf_op_params p;
@@ -139,8 +170,13 @@ mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_te
   p.attention.keep = 1.0f - dropout_rate; /* as mtf_dropout computes it, so the masks are the same */
   p.attention.key = dropout_key;
   p.attention.bf16 = mtf_graph_matmul_dtype(g) == MTF_BF16;
-  mtf_tensor in[3] = {q, k, v};
-  return mtf_take(g, mtf_graph_add_op(g, MTF_OP_ATTENTION, 3, in, &p, NULL), MTF_ATTENTION_STACK, 0);
+  p.attention.bias = bias != MTF_NO_TENSOR;
+  p.attention.segments = segments != MTF_NO_TENSOR;
+  mtf_tensor in[5] = {q, k, v};
+  int n = 3;
+  if (p.attention.bias) in[n++] = bias;
+  if (p.attention.segments) in[n++] = segments;
+  return mtf_take(g, mtf_graph_add_op(g, MTF_OP_ATTENTION, n, in, &p, NULL), MTF_ATTENTION_STACK, 0);
 }
 
 mtf_tensor mtf_take(mtf_graph *g, mtf_tensor x, const char *dim, int index) {
@@ -175,9 +211,41 @@ static int stacked_shape(mtf_graph *g, mtf_node *n, const char *stack, int64_t s
   return MTF_OK;
 }
 
+/* The bias: the query and memory dims and q's batch dims only; the segments: the query dim and q's batch dims. */
+static int extras_infer(mtf_graph *g, mtf_node *n, const mtf_attention_inputs *in) {
+  const char *qd = n->params.attention.dim, *md = n->params.attention.memory, *dd = n->params.attention.depth;
+  const mtf_shape *q = &g->nodes[n->inputs[0]].shape;
+  char why[200];
+  if (in->bias >= 0) {
+    const mtf_shape *b = &g->nodes[n->inputs[in->bias]].shape;
+    snprintf(why, sizeof why, "(the bias) needs dimensions '%s' and '%s' and otherwise only the query's, at its sizes, "
+             "without '%s'", qd, md, dd);
+    if (!mtf_shape_has(b, qd) || !mtf_shape_has(b, md)) return fail_shape(g, n, in->bias, why);
+    for (int d = 0; d < b->rank; d++) {
+      const char *name = strcmp(b->dims[d].name, md) == 0 ? qd : b->dims[d].name;
+      int j = mtf_shape_index_of(q, name);
+      if (j < 0 || strcmp(name, dd) == 0 || q->dims[j].size != b->dims[d].size) return fail_shape(g, n, in->bias, why);
+    }
+  }
+  if (in->segments >= 0) {
+    const mtf_shape *s = &g->nodes[n->inputs[in->segments]].shape;
+    snprintf(why, sizeof why, "(the segment ids) needs dimension '%s' and otherwise only the query's, at its sizes, "
+             "without '%s'", qd, dd);
+    if (!mtf_shape_has(s, qd)) return fail_shape(g, n, in->segments, why);
+    for (int d = 0; d < s->rank; d++) {
+      int j = mtf_shape_index_of(q, s->dims[d].name);
+      if (j < 0 || strcmp(s->dims[d].name, dd) == 0 || q->dims[j].size != s->dims[d].size)
+        return fail_shape(g, n, in->segments, why);
+    }
+  }
+  return MTF_OK;
+}
+
 static int attention_infer(mtf_graph *g, mtf_node *n) {
   const char *qd = n->params.attention.dim, *md = n->params.attention.memory, *dd = n->params.attention.depth;
-  MTF_ASSERT(n->n_inputs == (n->kind == MTF_OP_ATTENTION ? 3 : 5)); /* the builders' */
+  mtf_attention_inputs in = mtf_attention_inputs_of(n->params.attention.bias, n->params.attention.segments,
+                                                    n->kind != MTF_OP_ATTENTION);
+  MTF_ASSERT(n->n_inputs == (in.forward_grad >= 0 ? in.forward_grad + 1 : 3 + (in.bias >= 0) + (in.segments >= 0)));
   if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1)) return g->error.code;
   const mtf_shape *q = &g->nodes[n->inputs[0]].shape, *k = &g->nodes[n->inputs[1]].shape,
                   *v = &g->nodes[n->inputs[2]].shape;
@@ -195,14 +263,19 @@ static int attention_infer(mtf_graph *g, mtf_node *n) {
     if (j < 0 || q->dims[j].size != k->dims[d].size) return fail_shape(g, n, 1, why);
   }
   if (!mtf_shape_equal(v, k)) return fail_shape(g, n, 2, "must have the keys' shape");
+  MTF_CHECK(extras_infer(g, n, &in));
   if (n->kind == MTF_OP_ATTENTION) return stacked_shape(g, n, MTF_ATTENTION_STACK, 2);
-  /* The gradient: inputs 3 and 4 are the forward value and its gradient, [_attn:2, q dims]. */
+  /* The gradients: the forward value and its gradient, [_attn:2, q dims]. */
   MTF_CHECK(stacked_shape(g, n, MTF_ATTENTION_GRAD_STACK, 3));
   mtf_shape forward = n->shape;
   snprintf(forward.dims[0].name, MTF_NAME_MAX, "%s", MTF_ATTENTION_STACK);
   forward.dims[0].size = 2;
-  for (int i = 3; i < 5; i++)
+  for (int i = in.forward; i <= in.forward_grad; i++)
     if (!mtf_shape_equal(&g->nodes[n->inputs[i]].shape, &forward)) return fail_shape(g, n, i, "must have the forward value's shape");
+  if (n->kind == MTF_OP_ATTENTION_BIAS_GRAD) {
+    if (in.bias < 0) return fail_shape(g, n, 0, "has no bias to take the gradient of");
+    n->shape = g->nodes[n->inputs[in.bias]].shape;
+  }
   return MTF_OK;
 }
 
@@ -226,14 +299,23 @@ static int take_infer(mtf_graph *g, mtf_node *n) {
 static void attention_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
   mtf_graph *g = ctx->g;
   const mtf_node n = g->nodes[self];
-  mtf_tensor in[5] = {n.inputs[0], n.inputs[1], n.inputs[2], self, dy};
-  mtf_tensor grads = mtf_graph_add_op(g, MTF_OP_ATTENTION_GRAD, 5, in, &n.params, NULL);
+  mtf_attention_inputs at = mtf_attention_inputs_of(n.params.attention.bias, n.params.attention.segments, 1);
+  mtf_tensor in[MTF_MAX_OP_INPUTS];
+  for (int k = 0; k < n.n_inputs; k++) in[k] = n.inputs[k];
+  in[at.forward] = self;
+  in[at.forward_grad] = dy;
+  int n_in = at.forward_grad + 1, wanted = 0;
+  for (int k = 0; k < 3; k++) wanted |= mtf_grad_wanted(ctx, &n, k);
+  mtf_tensor grads = wanted ? mtf_graph_add_op(g, MTF_OP_ATTENTION_GRAD, n_in, in, &n.params, NULL) : MTF_NO_TENSOR;
   for (int k = 0; k < 3; k++) {
     if (!mtf_grad_wanted(ctx, &n, k)) continue;
     mtf_tensor part = mtf_take(g, grads, MTF_ATTENTION_GRAD_STACK, k);
     if (k > 0) part = mtf_rename(g, part, n.params.attention.dim, n.params.attention.memory);
     mtf_grad_accumulate(ctx, n.inputs[k], part);
   }
+  /* The segment ids have no gradient (integers made float). */
+  if (at.bias >= 0 && mtf_grad_wanted(ctx, &n, at.bias))
+    mtf_grad_accumulate(ctx, n.inputs[at.bias], mtf_graph_add_op(g, MTF_OP_ATTENTION_BIAS_GRAD, n_in, in, &n.params, NULL));
 }
 
 /* dy in slice `index` of the stack, zeros in the others: dy times the one-hot vector of index. */
@@ -268,6 +350,24 @@ static int attention_lower(mtf_lowering *lw, int node) {
   return lower_whole(lw, node, 5, dims);
 }
 
+/* Each rank sums dS over its own problems: over the axes splitting q's batch dims that the bias lacks, the
+ * result is partial sums (summed where the gradient is used, as an einsum's would be). */
+static int attention_bias_grad_lower(mtf_lowering *lw, int node) {
+  MTF_CHECK(attention_lower(lw, node));
+  const mtf_graph *g = mtf_lowering_graph(lw);
+  const mtf_node *n = &g->nodes[node];
+  const mtf_shape *q = &g->nodes[n->inputs[0]].shape;
+  mtf_axis_set pending = 0;
+  for (int d = 0; d < q->rank; d++) {
+    const char *name = q->dims[d].name;
+    if (mtf_shape_has(&n->shape, name) || strcmp(name, n->params.attention.depth) == 0) continue;
+    int axis = mtf_lowering_split_axis(lw, n->inputs[0], name);
+    if (axis >= 0) pending |= 1u << axis;
+  }
+  if (pending) mtf_lower_set_pending(lw, node, pending);
+  return MTF_OK;
+}
+
 static int take_lower(mtf_lowering *lw, int node) {
   const char *dims[1] = {mtf_lowering_graph(lw)->nodes[node].params.take.dim};
   return lower_whole(lw, node, 1, dims);
@@ -292,6 +392,12 @@ static int64_t attention_grad_flops(const mtf_step *s) {
   return geo.count * ((geo.length * (geo.length + 1) / 2) * (10 * geo.depth + 4) + 2 * geo.length * geo.depth);
 }
 
+/* Per pair: q.k and dO.v again (2 depth each), exp, dS. */
+static int64_t attention_bias_grad_flops(const mtf_step *s) {
+  mtf_attention_geometry geo = step_geometry(s);
+  return geo.count * ((geo.length * (geo.length + 1) / 2) * (4 * geo.depth + 6) + 2 * geo.length * geo.depth);
+}
+
 static int64_t attention_scratch(const mtf_step *s) {
   mtf_attention_geometry geo = step_geometry(s);
   int forward = s->op == MTF_OP_ATTENTION;
@@ -314,6 +420,8 @@ static int attention_reads_bf16(const mtf_node *n, int k) {
 typedef struct ref_problem {
   mtf_attention_geometry geo;
   mtf_attention_view q, k; /* v has k's shape */
+  mtf_attention_view bias, segments;
+  mtf_attention_inputs in;
   mtf_attention_mask mask;
   int64_t L, D;
   int bf16; /* params.attention.bf16: the kernels' product operands rounded to bfloat16, modelled here */
@@ -329,6 +437,11 @@ static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
   r->L = r->geo.length;
   r->D = r->geo.depth;
   r->bf16 = pa->attention.bf16;
+  r->in = mtf_attention_inputs_of(pa->attention.bias, pa->attention.segments, a->n->kind != MTF_OP_ATTENTION);
+  if (r->in.bias >= 0)
+    r->bias = mtf_attention_bias_view(&r->geo, a->in_shape[r->in.bias], pa->attention.dim, pa->attention.memory);
+  if (r->in.segments >= 0)
+    r->segments = mtf_attention_segments_view(&r->geo, a->in_shape[r->in.segments], pa->attention.dim);
   mtf_attention_mask_make(&r->geo, a->in_shape[0], NULL, NULL, a->g->seed, pa->attention.key, pa->attention.keep,
                           &r->mask);
   r->p = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
@@ -348,6 +461,17 @@ static void ref_end(ref_problem *r) {
 /* An operand of a product as the bf16 kernels see it: rounded to bfloat16 under the bf16 policy. */
 static double operand(const ref_problem *r, double x) { return r->bf16 ? (double)mtf_bf16_round((float)x) : x; }
 
+/* Score (i, j) of problem b after the bias and the segment mask (j <= i). */
+static double ref_adjust(const mtf_ref_args *a, const ref_problem *r, int64_t b, int64_t i, int64_t j, double s) {
+  if (r->in.bias >= 0)
+    s += a->in[r->in.bias][mtf_attention_base(&r->geo, &r->bias, b) + i * r->bias.pos_stride + j * r->bias.depth_stride];
+  if (r->in.segments >= 0) {
+    const double *ids = a->in[r->in.segments] + mtf_attention_base(&r->geo, &r->segments, b);
+    if (ids[i * r->segments.pos_stride] != ids[j * r->segments.pos_stride]) s = MTF_ATTENTION_MASKED;
+  }
+  return s;
+}
+
 /* Problem b: the masked scores' softmax into p (zeros above the diagonal), their logsumexp, the dropout
  * factors, o = (p drop) v. */
 static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
@@ -360,7 +484,7 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
       for (int64_t d = 0; d < r->D; d++)
         s += operand(r, q[i * r->q.pos_stride + d * r->q.depth_stride]) *
              operand(r, k[j * r->k.pos_stride + d * r->k.depth_stride]);
-      row[j] = s * a->n->params.attention.scale;
+      row[j] = ref_adjust(a, r, b, i, j, s * a->n->params.attention.scale);
       max = fmax(max, row[j]);
     }
     for (int64_t j = 0; j <= i; j++) sum += exp(row[j] - max);
@@ -402,25 +526,28 @@ static void attention_reference(const mtf_ref_args *a) {
 
 /* From q, k, v and the forward value's gradient dF alone (the forward value itself recomputed): with
  * dO = dF[0], dlse_i = sum_d dF[1, i, d] and the dropout factors R, dS_ij = P_ij (R_ij dO_i.v_j - dO_i.o_i
- * + dlse_i); dq = scale dS k, dk = scale dS^T q, dv = (P R)^T dO. */
+ * + dlse_i); dq = scale dS k, dk = scale dS^T q, dv = (P R)^T dO; d bias = dS summed over the problems that
+ * share each bias element. */
 static void attention_grad_reference(const mtf_ref_args *a) {
   const mtf_op_params *pa = &a->n->params;
   const char *qd = pa->attention.dim, *dd = pa->attention.depth;
   double scale = pa->attention.scale;
+  int bias_grad = a->n->kind == MTF_OP_ATTENTION_BIAS_GRAD;
   ref_problem r;
   MTF_ASSERT(ref_begin(a, &r));
+  const int dF = r.in.forward_grad;
   mtf_attention_view vf[2], vg[3];
-  for (int s = 0; s < 2; s++) vf[s] = mtf_attention_view_make(&r.geo, a->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
-  for (int s = 0; s < 3; s++) vg[s] = mtf_attention_view_make(&r.geo, &a->n->shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  for (int s = 0; s < 2; s++) vf[s] = mtf_attention_view_make(&r.geo, a->in_shape[dF], qd, dd, MTF_ATTENTION_STACK, s);
+  for (int s = 0; s < 3 && !bias_grad; s++)
+    vg[s] = mtf_attention_view_make(&r.geo, &a->n->shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
+  if (bias_grad) memset(a->out, 0, sizeof(double) * (size_t)mtf_shape_num_elements(&a->n->shape));
   double *ds = malloc(sizeof(double) * (size_t)(r.L * r.L + 1));
   MTF_ASSERT(ds);
   for (int64_t b = 0; b < r.geo.count; b++) {
     ref_forward(a, &r, b);
     const double *q = a->in[0] + mtf_attention_base(&r.geo, &r.q, b), *k = a->in[1] + mtf_attention_base(&r.geo, &r.k, b);
     const double *v = a->in[2] + mtf_attention_base(&r.geo, &r.k, b);
-    const double *d_o = a->in[4] + mtf_attention_base(&r.geo, &vf[0], b), *dlse = a->in[4] + mtf_attention_base(&r.geo, &vf[1], b);
-    double *g[3];
-    for (int s = 0; s < 3; s++) g[s] = a->out + mtf_attention_base(&r.geo, &vg[s], b);
+    const double *d_o = a->in[dF] + mtf_attention_base(&r.geo, &vf[0], b), *dlse = a->in[dF] + mtf_attention_base(&r.geo, &vf[1], b);
 #define DO(i, d) d_o[(i) * vf[0].pos_stride + (d) * vf[0].depth_stride]
     for (int64_t i = 0; i < r.L; i++) {
       double delta = 0, extra = 0;
@@ -432,10 +559,16 @@ static void attention_grad_reference(const mtf_ref_args *a) {
         double dp = 0;
         for (int64_t d = 0; d < r.D; d++)
           dp += operand(&r, DO(i, d)) * operand(&r, v[j * r.k.pos_stride + d * r.k.depth_stride]);
+        double raw = r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra);
+        if (bias_grad)
+          a->out[mtf_attention_base(&r.geo, &r.bias, b) + i * r.bias.pos_stride + j * r.bias.depth_stride] += raw;
         /* scaled here, so that the bf16 kernels' rounded operand scale dS is what is modelled */
-        ds[i * r.L + j] = operand(&r, scale * r.p[i * r.L + j] * (dp * r.drop[i * r.L + j] - delta + extra));
+        ds[i * r.L + j] = operand(&r, scale * raw);
       }
     }
+    if (bias_grad) continue;
+    double *g[3];
+    for (int s = 0; s < 3; s++) g[s] = a->out + mtf_attention_base(&r.geo, &vg[s], b);
     for (int64_t i = 0; i < r.L; i++)
       for (int64_t d = 0; d < r.D; d++) {
         double dq = 0, dk = 0, dv = 0;
@@ -474,5 +607,8 @@ const mtf_op_def mtf_op_attention = {"causal_attention", MTF_DIM_NONE, attention
 const mtf_op_def mtf_op_attention_grad = {"causal_attention_grad", MTF_DIM_NONE, attention_infer, NULL, attention_lower,
                                           attention_grad_flops, attention_scratch, attention_grad_reference, 0,
                                           attention_reads_bf16, 0, 0};
+const mtf_op_def mtf_op_attention_bias_grad = {"causal_attention_bias_grad", MTF_DIM_NONE, attention_infer, NULL,
+                                               attention_bias_grad_lower, attention_bias_grad_flops, attention_scratch,
+                                               attention_grad_reference, 0, attention_reads_bf16, 0, 0};
 const mtf_op_def mtf_op_take = {"take", MTF_DIM_NONE, take_infer, take_gradient, take_lower, take_flops, NULL,
                                 take_reference, 0, 0, 1, 0};

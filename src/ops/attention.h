@@ -36,6 +36,29 @@ mtf_attention_view mtf_attention_view_make(const mtf_attention_geometry *geo, co
 /* Offset of problem b's element (position 0, feature 0). */
 int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attention_view *v, int64_t b);
 
+/* The optional inputs (params.attention.bias, .segments) follow q, k, v; the backward ops then take the
+ * forward value F and its gradient dF:
+ *   attention            q, k, v [, bias] [, segments]
+ *   attention_grad       q, k, v [, bias] [, segments], F, dF   -> [_attn_grad:3, q dims]
+ *   attention_bias_grad  the same inputs                        -> d bias, at the bias's shape
+ * The bias is added to the scaled scores: its dims are the query and memory dims and any of q's batch dims
+ * (broadcast over the others); its view (mtf_attention_bias_view) has the query stride in pos_stride and the
+ * memory stride in depth_stride. Segments hold one id per query position (a batch dim subset and the query
+ * dim; the memory's ids are the same ids: self-attention); a visible pair whose ids differ gets the score
+ * MTF_ATTENTION_MASKED, as the general path's masked_fill does, so the softmax gives it weight 0 (and the
+ * diagonal, always in its own segment, keeps every row's maximum finite). */
+#define MTF_ATTENTION_MASKED (-1e9f)
+
+typedef struct mtf_attention_inputs {
+  int bias, segments, forward, forward_grad; /* input indices, -1 where absent */
+} mtf_attention_inputs;
+
+mtf_attention_inputs mtf_attention_inputs_of(int has_bias, int has_segments, int backward);
+mtf_attention_view mtf_attention_bias_view(const mtf_attention_geometry *geo, const mtf_shape *bias,
+                                           const char *query_dim, const char *memory_dim);
+mtf_attention_view mtf_attention_segments_view(const mtf_attention_geometry *geo, const mtf_shape *segments,
+                                               const char *query_dim);
+
 /* Dropout of the attention weights: the mask mtf_dropout(weights, 1 - keep, key) would draw, over the
  * weights of the general path, [batch dims (q's order), query, memory], from global indices, so it is the
  * same on every layout: weight (i, j) of problem b is kept when

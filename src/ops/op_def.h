@@ -80,7 +80,8 @@ extern const mtf_op_def mtf_op_input, mtf_op_variable, mtf_op_constant, mtf_op_r
 /* The fused gradients (fused_grad.c). */
 extern const mtf_op_def mtf_op_softmax_grad, mtf_op_log_softmax_grad, mtf_op_layer_norm_grad, mtf_op_rms_norm_grad,
     mtf_op_softmax_xent_grad, mtf_op_gelu_grad;
-extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_take; /* ops/attention.c */
+extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_attention_bias_grad,
+    mtf_op_take; /* ops/attention.c */
 /* ops/optimizer_ops.c */
 extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 /* ops/select.c */

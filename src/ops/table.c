@@ -35,6 +35,7 @@ static const mtf_op_def *const table[MTF_OP_COUNT] = {
     [MTF_OP_GELU_GRAD] = &mtf_op_gelu_grad,
     [MTF_OP_ATTENTION] = &mtf_op_attention,
     [MTF_OP_ATTENTION_GRAD] = &mtf_op_attention_grad,
+    [MTF_OP_ATTENTION_BIAS_GRAD] = &mtf_op_attention_bias_grad,
     [MTF_OP_TAKE] = &mtf_op_take,
     [MTF_OP_MOVING_AVERAGE] = &mtf_op_moving_average,
     [MTF_OP_ADAM_UPDATE] = &mtf_op_adam_update,

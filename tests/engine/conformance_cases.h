@@ -13,7 +13,7 @@
 #include "lower/plan.h"
 #include "ops/op_def.h"
 
-#define MAX_VARS 3
+#define MAX_VARS 4
 #define MAX_INPUTS 2
 
 typedef struct op_case {
@@ -166,6 +166,25 @@ static mtf_tensor labels_input(mtf_graph *g, mtf_tensor *in, int *n_in, const ch
   in[*n_in] = mtf_input_int(g, "labels", &s);
   return in[(*n_in)++];
 }
+/* An additive bias (v[3]) on the scores and segment ids from an integer input of `segments` shape (NULL:
+ * none), with dropout. */
+static mtf_tensor attention_masked(mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in, int bias,
+                                   const char *segments, float dropout) {
+  mtf_tensor ids = MTF_NO_TENSOR;
+  if (segments) {
+    mtf_shape s = S(segments);
+    in[*n_in] = mtf_input_int(g, "segments", &s);
+    mtf_shape scalar = {0}; /* two segments, interleaved: the drivers' ids (-1 .. 6) above 2.5 or not */
+    ids = mtf_greater(g, mtf_to_float(g, in[(*n_in)++]), mtf_constant(g, &scalar, 2.5f));
+  }
+  return mtf_causal_attention_masked(g, v[0], v[1], v[2], bias ? v[3] : MTF_NO_TENSOR, ids, "q", "m", "e", 0.7f,
+                                     dropout, 13);
+}
+static mtf_tensor c_attention_bias(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.0f); }
+static mtf_tensor c_attention_segments(ARGS) { return attention_masked(g, v, in, n_in, 0, "a:2,q:6", 0.0f); }
+static mtf_tensor c_attention_segments_67(ARGS) { return attention_masked(g, v, in, n_in, 0, "q:67", 0.3f); }
+static mtf_tensor c_attention_segments_131(ARGS) { return attention_masked(g, v, in, n_in, 0, "q:131", 0.3f); }
+static mtf_tensor c_attention_bias_segments(ARGS) { return attention_masked(g, v, in, n_in, 1, "h:2,q:6", 0.3f); }
 static mtf_tensor c_xent(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3,c:1"), "v", 1e-2f); }
 static mtf_tensor c_xent_vocab_first(ARGS) { return mtf_softmax_cross_entropy(g, v[0], labels_input(g, in, n_in, "a:3"), "v", 0.0f); }
 static mtf_tensor c_xent_smoothed(ARGS) {
@@ -391,6 +410,15 @@ static const op_case cases[] = {
     /* more query rows than one block of the bf16 path (MTF_ATTENTION_BF16_ROWS), an odd depth */
     {"causal attention with dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"}, c_attention_dropout},
     {"causal attention + logsumexp output", {"q:5,a:2,e:2", "a:2,m:5,e:2", "a:2,m:5,e:2"}, c_attention_lse},
+    /* The bias broadcast over a (its gradient summed over a's problems), and per head across 2 tiles. */
+    {"causal attention with a bias", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4", "m:6,q:6"}, c_attention_bias},
+    {"causal attention with a bias, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2", "q:67,m:67"}, c_attention_bias},
+    {"causal attention with segments", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention_segments},
+    {"causal attention with segments, dropout, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2"}, c_attention_segments_67},
+    {"causal attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
+     c_attention_segments_131},
+    {"causal attention with a bias per head, segments, dropout", {"h:2,q:6,e:2", "m:6,h:2,e:2", "m:6,h:2,e:2",
+     "h:2,q:6,m:6"}, c_attention_bias_segments},
     {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
     {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},
     {"softmax_cross_entropy + label smoothing + z_loss", {"a:3,c:1,v:6"}, c_xent_smoothed},

@@ -11,11 +11,15 @@
  * Dropout of the weights (ops/attention.h's mask, recomputed per block from global indices): the forward
  * pass sums the kept and dropped probabilities into l but accumulates only the kept ones, scaled; the
  * backward pass uses P R (R: 0 or 1 / keep) for dV and dS = P R dP - P delta.
+ * A bias is added to the scaled scores, and pairs of different segments get MTF_ATTENTION_MASKED, before the
+ * softmax (mtf_cpu_attention_adjust_row). The bias gradient (attention_bias_grad) runs the backward pass's
+ * P and dS alone and sums dS into the bias's elements, in fp32 under either policy.
  * Under the bf16 policy (params.attention.bf16) attention_bf16.c runs instead. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "exec/cpu/attention.h"
 #include "exec/cpu/bf16.h"
@@ -36,21 +40,43 @@ problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *
   p.dropout = pa->attention.keep < 1.0f;
   p.L = p.geo.length;
   p.D = p.geo.depth;
+  p.in = mtf_attention_inputs_of(pa->attention.bias, pa->attention.segments, st->op != MTF_OP_ATTENTION);
+  p.bias = p.in.bias >= 0 ? a->in[p.in.bias] : NULL;
+  p.segments = p.in.segments >= 0 ? a->in[p.in.segments] : NULL;
+  if (p.bias) p.bias_view = mtf_attention_bias_view(&p.geo, &st->in_shape[p.in.bias], pa->attention.dim, pa->attention.memory);
+  if (p.segments) p.segments_view = mtf_attention_segments_view(&p.geo, &st->in_shape[p.in.segments], pa->attention.dim);
   return p;
+}
+
+void mtf_cpu_attention_adjust_row(const problem *p, int64_t b, int64_t i, int64_t j0, int64_t n, float *row) {
+  if (p->bias) {
+    const float *bias = p->bias + mtf_attention_base(&p->geo, &p->bias_view, b) + i * p->bias_view.pos_stride +
+                        j0 * p->bias_view.depth_stride;
+    int64_t stride = p->bias_view.depth_stride;
+    for (int64_t j = 0; j < n; j++) row[j] += bias[j * stride];
+  }
+  if (p->segments) {
+    const float *ids = p->segments + mtf_attention_base(&p->geo, &p->segments_view, b);
+    int64_t stride = p->segments_view.pos_stride;
+    float own = ids[i * stride];
+    for (int64_t j = 0; j < n; j++)
+      if (ids[(j0 + j) * stride] != own) row[j] = MTF_ATTENTION_MASKED;
+  }
 }
 
 mtf_cpu_attention_views mtf_cpu_attention_views_of(const mtf_step *st, const problem *p) {
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
-  int backward = st->op == MTF_OP_ATTENTION_GRAD;
+  int backward = st->op != MTF_OP_ATTENTION;
   mtf_cpu_attention_views v;
   memset(&v, 0, sizeof v);
   v.q = mtf_attention_view_make(&p->geo, &st->in_shape[0], qd, dd, NULL, 0);
   v.k = mtf_attention_view_make(&p->geo, &st->in_shape[1], md, dd, NULL, 0);
   for (int s = 0; s < 2; s++)
-    v.f[s] = mtf_attention_view_make(&p->geo, backward ? &st->in_shape[3] : &st->out_shape, qd, dd, MTF_ATTENTION_STACK, s);
+    v.f[s] = mtf_attention_view_make(&p->geo, backward ? &st->in_shape[p->in.forward] : &st->out_shape, qd, dd,
+                                     MTF_ATTENTION_STACK, s);
   for (int s = 0; s < 2 && backward; s++)
-    v.d[s] = mtf_attention_view_make(&p->geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, s);
-  for (int s = 0; s < 3 && backward; s++)
+    v.d[s] = mtf_attention_view_make(&p->geo, &st->in_shape[p->in.forward_grad], qd, dd, MTF_ATTENTION_STACK, s);
+  for (int s = 0; s < 3 && st->op == MTF_OP_ATTENTION_GRAD; s++)
     v.g[s] = mtf_attention_view_make(&p->geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, s);
   return v;
 }
@@ -70,6 +96,18 @@ static void pack(const problem *p, const float *x, const mtf_attention_view *v, 
     else
       for (int64_t d = 0; d < p->D; d++) dst[d] = row[d * v->depth_stride];
   }
+}
+
+/* pack of an operand float32 or bfloat16-stored (the bias gradient's q, k, v under the bf16 policy). */
+static void pack_typed(const problem *p, const void *x, mtf_dtype dtype, const mtf_attention_view *v, int64_t b,
+                       float *out) {
+  if (dtype != MTF_BF16) {
+    pack(p, x, v, b, out);
+    return;
+  }
+  const mtf_bf16 *base = (const mtf_bf16 *)x + mtf_attention_base(&p->geo, v, b);
+  for (int64_t i = 0; i < p->L; i++)
+    for (int64_t d = 0; d < p->D; d++) out[i * p->D + d] = mtf_float_from_bf16(base[i * v->pos_stride + d * v->depth_stride]);
 }
 
 static void unpack(const problem *p, const float *in, const mtf_attention_view *v, int64_t b, float *x) {
@@ -106,6 +144,7 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
       for (int64_t r = 0; r < nq; r++) {
         float *row = S + r * TILE;
         int64_t n = visible(i0 + r, j0, nk);
+        mtf_cpu_attention_adjust_row(p, b, i0 + r, j0, n, row);
         float correction = mtf_attention_online_softmax_row(row, n, nk, &m[r], &l[r]);
         if (p->dropout) mtf_cpu_attention_drop_row(p, mask_base, i0 + r, j0, n, row);
         if (correction != 1.0f)
@@ -146,7 +185,8 @@ typedef struct grad_buffers {
   float *Q, *K, *V, *dO, *dQ, *dK, *dV, *lse, *delta, *P, *dP, *PR;
 } grad_buffers;
 
-static void backward_problem(const problem *p, int64_t b, const grad_buffers *w, float scale) {
+/* dQ, dK, dV of problem b; with dbias (the bias gradient's output), dS summed into it instead. */
+static void backward_problem(const problem *p, int64_t b, const grad_buffers *w, float scale, float *dbias) {
   int64_t L = p->L, D = p->D;
   uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
   /* Without dropout P R is P. */
@@ -161,6 +201,7 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
       for (int64_t r = 0; r < nq; r++) {
         float *row = w->P + r * TILE, lse = w->lse[i0 + r];
         int64_t n = visible(i0 + r, j0, nk);
+        mtf_cpu_attention_adjust_row(p, b, i0 + r, j0, n, row);
         for (int64_t j = 0; j < n; j++) row[j] = expf(row[j] - lse);
         for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
         if (p->dropout) {
@@ -168,14 +209,23 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
           mtf_cpu_attention_drop_row(p, mask_base, i0 + r, j0, n, w->PR + r * TILE);
         }
       }
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq, 1.0f, PR, TILE, w->dO + i0 * D,
-                  (int)D, 1.0f, w->dV + j0 * D, (int)D);
+      if (!dbias)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)D, (int)nq, 1.0f, PR, TILE, w->dO + i0 * D,
+                    (int)D, 1.0f, w->dV + j0 * D, (int)D);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)D, 1.0f, w->dO + i0 * D, (int)D,
                   w->V + j0 * D, (int)D, 0.0f, w->dP, TILE);
       for (int64_t r = 0; r < nq; r++) {
         const float *prow = w->P + r * TILE, *prrow = PR + r * TILE;
         float *drow = w->dP + r * TILE, delta = w->delta[i0 + r];
         for (int64_t j = 0; j < nk; j++) drow[j] = prrow[j] * drow[j] - prow[j] * delta;
+      }
+      if (dbias) {
+        for (int64_t r = 0; r < nq; r++) {
+          float *out = dbias + mtf_attention_base(&p->geo, &p->bias_view, b) + (i0 + r) * p->bias_view.pos_stride +
+                       j0 * p->bias_view.depth_stride;
+          for (int64_t j = 0; j < visible(i0 + r, j0, nk); j++) out[j * p->bias_view.depth_stride] += w->dP[r * TILE + j];
+        }
+        continue;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)D, (int)nk, scale, w->dP, TILE,
                   w->K + j0 * D, (int)D, 1.0f, w->dQ + i0 * D, (int)D);
@@ -185,9 +235,11 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
   }
 }
 
-/* Inputs q, k, v, F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv]. */
+/* Inputs q, k, v (bias, segments), F = [o | lse], dF = [dO | dlse]; output [dq | dk | dv], or the bias's
+ * gradient. */
 static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
-  if (st->params.attention.bf16) return mtf_cpu_attention_grad_bf16(be, st, a);
+  int bias_grad = st->op == MTF_OP_ATTENTION_BIAS_GRAD;
+  if (st->params.attention.bf16 && !bias_grad) return mtf_cpu_attention_grad_bf16(be, st, a);
   problem p = mtf_cpu_attention_problem_of(st, a);
   mtf_cpu_attention_views v = mtf_cpu_attention_views_of(st, &p);
   const mtf_attention_view vq = v.q, vk = v.k, *vf = v.f, *vd = v.d, *vg = v.g;
@@ -196,11 +248,12 @@ static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kerne
   grad_buffers w = {base, base + LD, base + 2 * LD, base + 3 * LD, base + 4 * LD, base + 5 * LD, base + 6 * LD,
                     base + 7 * LD, base + 7 * LD + p.L, base + 7 * LD + 2 * p.L, base + 7 * LD + 2 * p.L + TILE * TILE,
                     base + 7 * LD + 2 * p.L + 2 * TILE * TILE};
-  const float *F = a->in[3], *dF = a->in[4];
+  const float *F = a->in[p.in.forward], *dF = a->in[p.in.forward_grad];
+  if (bias_grad) memset(a->out, 0, sizeof(float) * (size_t)mtf_shape_num_elements(&st->out_shape));
   for (int64_t b = 0; b < p.geo.count; b++) {
-    pack(&p, a->in[0], &vq, b, w.Q);
-    pack(&p, a->in[1], &vk, b, w.K);
-    pack(&p, a->in[2], &vk, b, w.V);
+    pack_typed(&p, a->in[0], st->in_dtype[0], &vq, b, w.Q);
+    pack_typed(&p, a->in[1], st->in_dtype[1], &vk, b, w.K);
+    pack_typed(&p, a->in[2], st->in_dtype[2], &vk, b, w.V);
     pack(&p, dF, &vd[0], b, w.dO);
     const float *o = F + mtf_attention_base(&p.geo, &vf[0], b), *lse = F + mtf_attention_base(&p.geo, &vf[1], b);
     const float *dlse = dF + mtf_attention_base(&p.geo, &vd[1], b);
@@ -213,13 +266,18 @@ static int k_attention_grad(mtf_backend *be, const mtf_step *st, const mtf_kerne
       w.lse[i] = lse[i * vf[1].pos_stride];
       w.delta[i] = (float)(dot - extra);
     }
-    backward_problem(&p, b, &w, st->params.attention.scale);
+    /* Under the bf16 policy the bias gradient models the bf16 path's products: the same rounded operands
+     * (delta, above, from the fp32 dO as there). */
+    for (int64_t e = 0; bias_grad && st->params.attention.bf16 && e < 4 * p.L * p.D; e++) w.Q[e] = mtf_bf16_round(w.Q[e]);
+    backward_problem(&p, b, &w, st->params.attention.scale, bias_grad ? a->out : NULL);
+    if (bias_grad) continue;
     unpack(&p, w.dQ, &vg[0], b, a->out);
     unpack(&p, w.dK, &vg[1], b, a->out);
     unpack(&p, w.dV, &vg[2], b, a->out);
   }
   return MTF_OK;
 }
+
 
 /* out = x at index along the dim: [outer, size, inner] -> [outer, inner]. */
 static int k_take(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
@@ -247,5 +305,6 @@ static int k_take(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a)
 void mtf_cpu_register_attention(mtf_kernel_fn *kernels) {
   kernels[MTF_OP_ATTENTION] = k_attention;
   kernels[MTF_OP_ATTENTION_GRAD] = k_attention_grad;
+  kernels[MTF_OP_ATTENTION_BIAS_GRAD] = k_attention_grad;
   kernels[MTF_OP_TAKE] = k_take;
 }

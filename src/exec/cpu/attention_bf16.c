@@ -82,9 +82,10 @@ static float row_dot(const float *x, int64_t x_stride, const float *y, int64_t y
 
 /* Row r of a block: scores (width n_mem, the first `visible` seen) -> softmax weights in fp32, the row's
  * logsumexp returned; dropout applied after the sum, as the fp32 path does. */
-static float softmax_row(const problem *p, uint64_t mask_base, int64_t i, float scale, float *row, int64_t visible,
-                         int64_t n_mem) {
+static float softmax_row(const problem *p, int64_t b, uint64_t mask_base, int64_t i, float scale, float *row,
+                         int64_t visible, int64_t n_mem) {
   for (int64_t j = 0; j < visible; j++) row[j] *= scale;
+  mtf_cpu_attention_adjust_row(p, b, i, 0, visible, row);
   float max = mtf_row_max(row, visible);
   for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] - max);
   float sum = (float)mtf_row_sum(row, visible);
@@ -152,7 +153,7 @@ static void forward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
   for (int64_t gr = lo; gr < hi; gr++) {
     int64_t g = gr / f->nq, r = gr % f->nq, b = f->b0 + g, i = f->i0 + r;
     uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
-    float *row = f->S + gr * f->n_mem, lse = softmax_row(p, mask_base, i, f->scale, row, i + 1, f->n_mem);
+    float *row = f->S + gr * f->n_mem, lse = softmax_row(p, b, mask_base, i, f->scale, row, i + 1, f->n_mem);
     round_row(row, f->n_mem, f->P + gr * f->n_mem);
     float *ls = f->out + mtf_attention_base(&p->geo, f->vl, b) + i * f->vl->pos_stride;
     for (int64_t d = 0; d < p->D; d++) ls[d * f->vl->depth_stride] = lse;
@@ -209,7 +210,13 @@ static void backward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
     float *row = k->Pf + gr * n_mem, *kept = p->dropout ? k->PRf + gr * n_mem : row;
     if (k->phase == 0) {
       float l = k->lse[g * k->L + i], scale = k->scale;
-      for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] * scale - l);
+      if (p->bias || p->segments) {
+        for (int64_t j = 0; j < visible; j++) row[j] *= scale;
+        mtf_cpu_attention_adjust_row(p, k->b0 + g, i, 0, visible, row);
+        for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] - l);
+      } else {
+        for (int64_t j = 0; j < visible; j++) row[j] = mtf_expf(row[j] * scale - l);
+      }
       for (int64_t j = visible; j < n_mem; j++) row[j] = 0.0f;
       if (p->dropout) {
         memcpy(kept, row, sizeof(float) * (size_t)n_mem);
@@ -239,7 +246,7 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
         *delta = lse + G * L;
   float *Pf = delta + G * L, *PRf = Pf + G * R * L, *dP = PRf + G * R * L;
   mtf_bf16 *PRb = (mtf_bf16 *)(dP + G * R * L), *dS = (mtf_bf16 *)(dP + G * R * L + words(G * R * L));
-  const float *F = a->in[3], *dF = a->in[4];
+  const float *F = a->in[p.in.forward], *dF = a->in[p.in.forward_grad];
   for (int64_t b0 = 0; b0 < p.geo.count; b0 += G) {
     int64_t n = min64(G, p.geo.count - b0);
     pack_group_block_major(&p, a->in[0], st->in_dtype[0], &vq, b0, n, R, Q);
