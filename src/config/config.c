@@ -550,13 +550,8 @@ static int check_architecture(const mtf_config *cfg, const char *src, mtf_error 
   return MTF_OK;
 }
 
-/* Packed sequences mask attention by document, which the fused attention op does not do. */
 static int check_pack(const mtf_config *cfg, const char *src, mtf_error *err) {
   int packed = strcmp(cfg->model.pack, "none") != 0;
-  if (packed && cfg->model.fused_attention)
-    return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.pack '%s' masks attention by document, which "
-                         "model.fused_attention does not support: set model.fused_attention: false (the unfused "
-                         "attention takes the segment mask), or data.pack: none", src, cfg->model.pack);
   if (!packed && cfg->model.loss_skip_document_start)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.loss_skip_document_start needs documents: set data.pack to "
                          "eot or segments, or train.loss_skip_document_start: false", src);
@@ -584,9 +579,6 @@ static int check_attention(mtf_config *cfg, const char *src, mtf_error *err) {
                          "model.d_kv must be even (it is %lld): use d_kv %lld or %lld", src, (long long)m->d_kv,
                          (long long)(m->d_kv - 1), (long long)(m->d_kv + 1));
   if (!strcmp(m->position, "relative_bias")) {
-    if (m->fused_attention)
-      return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.position relative_bias adds a bias to the attention logits, "
-                           "which the fused attention kernel does not take: set model.fused_attention: false", src);
     if (m->relative_max_distance <= m->relative_num_buckets / 2)
       return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.relative_max_distance (%lld) must be above half of "
                            "model.relative_num_buckets (%lld): the first half of the buckets are exact distances, "

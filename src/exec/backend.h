@@ -31,14 +31,19 @@ typedef struct mtf_kernel_args {
  * offsets and global dims, except that under microbatch m of M the microbatch dim (local size n, slice
  * offset o = rank's share) becomes the whole batch's: offset o * M + m * n of a dim M times larger. Every
  * backend's random kernels number elements through this, so masks agree across backends. */
+static inline const mtf_shape *mtf_random_extent_shape(const mtf_step *st) {
+  return st->extent_of_input0 ? &st->in_shape[0] : &st->out_shape;
+}
+
 static inline void mtf_random_extent(const mtf_step *st, const mtf_kernel_args *a, int64_t *offsets, int64_t *dims) {
-  for (int d = 0; d < st->out_shape.rank; d++) {
+  const mtf_shape *shape = mtf_random_extent_shape(st);
+  for (int d = 0; d < shape->rank; d++) {
     offsets[d] = st->offsets[d];
     dims[d] = st->global_dims[d];
   }
-  int d = a->microbatches > 1 && a->microbatch_dim ? mtf_shape_index_of(&st->out_shape, a->microbatch_dim) : -1;
+  int d = a->microbatches > 1 && a->microbatch_dim ? mtf_shape_index_of(shape, a->microbatch_dim) : -1;
   if (d < 0) return;
-  offsets[d] = offsets[d] * a->microbatches + (int64_t)a->microbatch * st->out_shape.dims[d].size;
+  offsets[d] = offsets[d] * a->microbatches + (int64_t)a->microbatch * shape->dims[d].size;
   dims[d] *= a->microbatches;
 }
 

@@ -163,6 +163,19 @@ static int64_t named_dim_offset(const lowering *lw, int node, const mtf_step *s)
   return offsets[d];
 }
 
+void mtf_lower_extent_of_input0(mtf_lowering *lw, int node) {
+  mtf_plan *p = lw->plan;
+  int input = lw->g->nodes[node].inputs[0];
+  for (int i = 0; i < p->n_steps; i++) {
+    mtf_step *s = &p->steps[i];
+    if (s->kind != MTF_STEP_KERNEL || s->node != node) continue;
+    s->extent_of_input0 = 1;
+    memset(s->global_dims, 0, sizeof s->global_dims);
+    for (int d = 0; d < lw->g->nodes[input].shape.rank; d++) s->global_dims[d] = lw->g->nodes[input].shape.dims[d].size;
+    mtf_layout_slice_offset(&p->layouts[input], &p->mesh, p->coord, s->offsets);
+  }
+}
+
 /* A kernel step of node's op over explicit inputs, writing buffer `into`, or (into < 0) a new arena buffer of
  * out_shape (*out). */
 static int emit_kernel_into(lowering *lw, int node, mtf_phase phase, int n_in, const int *in,

@@ -80,6 +80,10 @@ void mtf_lower_set_value(mtf_lowering *lw, int node, int buffer);
  * variable's storage instead (the kernel sees out == in[0]) and the assign copies nothing. 1 if it did. */
 int mtf_lower_into_assigned_variable(mtf_lowering *lw, int node);
 
+/* Node's kernel steps draw their random numbers over input 0's dims (which their output may lack): their
+ * offsets and global dims become input 0's, with mtf_step.extent_of_input0 set. */
+void mtf_lower_extent_of_input0(mtf_lowering *lw, int node);
+
 /* For kernels that need some dims whole (fused attention's positions and features): node's input k,
  * materialized and allgathered along each dim named in `dims` that its layout splits (no step where none
  * is split), with its shape. */

@@ -66,6 +66,9 @@ typedef struct mtf_step {
   mtf_shape out_shape, in_shape[MTF_MAX_OP_INPUTS]; /* local shapes */
   int64_t offsets[MTF_MAX_RANK];       /* slice: start per dim; kernels: global offset of out's slice */
   int64_t global_dims[MTF_MAX_RANK];   /* the node's whole shape (random numbers, norms' counts) */
+  /* offsets and global_dims follow input 0's dims instead of out_shape's (mtf_lower_extent_of_input0: an op
+   * drawing random numbers over dims its output lacks; mtf_random_extent_shape) */
+  int extent_of_input0;
   int64_t dim_offset;                  /* global offset of the local part of the op's named dim */
   mtf_op_params params;
   uint64_t seed;                       /* the graph's seed (random ops) */

@@ -9,7 +9,7 @@
 
 mtf_attention_options mtf_attention_defaults(void) {
   mtf_attention_options o = {.bidirectional = 0, .rotary = 0, .memory = MTF_NO_TENSOR, .memory_dim = "length",
-                             .bias = MTF_NO_TENSOR, .mask = MTF_NO_TENSOR};
+                             .bias = MTF_NO_TENSOR, .mask = MTF_NO_TENSOR, .segments = MTF_NO_TENSOR};
   return o;
 }
 
@@ -196,13 +196,13 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
   k = expand_heads(env, k);
   v = expand_heads(env, v);
   mtf_tensor o;
-  int plain_causal = self && !options->bidirectional && options->bias == MTF_NO_TENSOR &&
-                     options->mask == MTF_NO_TENSOR;
-  if (m->fused_attention && plain_causal) {
-    /* The same function, dropout mask included (the same key), without the [batch, heads, length,
-     * memory_length] tensors; the scores' scale is in wq's initialisation. */
-    o = mtf_causal_attention(g, q, k, v, "length", "memory_length", "d_kv", 1.0f, env->dropout,
-                             (*env->dropout_key)++);
+  int fusable = self && !options->bidirectional &&
+                (options->mask == MTF_NO_TENSOR || options->segments != MTF_NO_TENSOR);
+  if (m->fused_attention && fusable) {
+    /* The same function, bias, document mask and dropout mask included (the same key), without the [batch,
+     * heads, length, memory_length] tensors; the scores' scale is in wq's initialisation. */
+    o = mtf_causal_attention_masked(g, q, k, v, options->bias, options->segments, "length", "memory_length", "d_kv",
+                                    1.0f, env->dropout, (*env->dropout_key)++);
   } else {
     mtf_shape logits_shape = mtf_model_shape("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
                                       (long long)env->batch, (long long)m->heads, (long long)m->length,

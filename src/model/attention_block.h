@@ -55,6 +55,8 @@ typedef struct mtf_attention_options {
   const char *memory_dim; /* memory's dimension that becomes memory_length (with memory) */
   mtf_tensor bias;        /* MTF_NO_TENSOR or added to the logits */
   mtf_tensor mask;        /* MTF_NO_TENSOR or 1 keep / 0 drop, broadcast onto the logits */
+  mtf_tensor segments;    /* with a mask that is "same document": the ids [batch, length] it compares, for the
+                           * fused attention (which takes ids, not an [length, memory_length] mask) */
 } mtf_attention_options;
 
 mtf_attention_options mtf_attention_defaults(void);

@@ -17,7 +17,7 @@ mtf_segment_inputs mtf_segments_build(mtf_graph *g, const mtf_model_config *mode
   s.positions = mtf_input_int(g, "segment_positions", &rows);
   /* Ids are renumbered per row (1, 2, ... by runs, io/segments.h), so they are small integers that float
    * compares exactly. */
-  mtf_tensor query = mtf_to_float(g, s.segments);
+  mtf_tensor query = s.ids = mtf_to_float(g, s.segments);
   mtf_tensor key = mtf_rename(g, query, "length", "memory_length");
   s.same_document = mtf_equal(g, query, key);
   mtf_tensor target = mtf_to_float(g, s.target_segments);

@@ -16,6 +16,7 @@
 
 typedef struct mtf_segment_inputs {
   mtf_tensor segments, target_segments, positions; /* int32 inputs [batch, length] */
+  mtf_tensor ids;                                  /* [batch, length]: segments as float (the fused attention's) */
   mtf_tensor same_document;                        /* [batch, length, memory_length]: 1 where both are one document */
   mtf_tensor weights;                              /* [batch, length]: 1 where the position counts in the loss */
   mtf_tensor count;                                /* scalar: positions counted (sum of weights) */

@@ -36,7 +36,10 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
   options.rotary = strcmp(b->base.m->position, "rotary") == 0;
   options.bias = b->relative_bias;
   /* Packed sequences: attention stays inside each document (model/segments.h). */
-  if (b->packed) options.mask = b->segments.same_document;
+  if (b->packed) {
+    options.mask = b->segments.same_document;
+    options.segments = b->segments.ids;
+  }
   mtf_tensor out = mtf_attention_block(&env, h, prefix, &options);
   return mtf_add(b->base.g, x, b->mode == MTF_MODE_DECODE ? out : mtf_model_dropout(&b->base, out));
 }

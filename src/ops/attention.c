@@ -354,6 +354,7 @@ static int attention_lower(mtf_lowering *lw, int node) {
  * result is partial sums (summed where the gradient is used, as an einsum's would be). */
 static int attention_bias_grad_lower(mtf_lowering *lw, int node) {
   MTF_CHECK(attention_lower(lw, node));
+  mtf_lower_extent_of_input0(lw, node); /* the dropout mask's batch dims: q's */
   const mtf_graph *g = mtf_lowering_graph(lw);
   const mtf_node *n = &g->nodes[node];
   const mtf_shape *q = &g->nodes[n->inputs[0]].shape;

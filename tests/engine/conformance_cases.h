@@ -181,6 +181,7 @@ static mtf_tensor attention_masked(mtf_graph *g, const mtf_tensor *v, mtf_tensor
                                      dropout, 13);
 }
 static mtf_tensor c_attention_bias(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.0f); }
+static mtf_tensor c_attention_bias_dropout(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.3f); }
 static mtf_tensor c_attention_segments(ARGS) { return attention_masked(g, v, in, n_in, 0, "a:2,q:6", 0.0f); }
 static mtf_tensor c_attention_segments_67(ARGS) { return attention_masked(g, v, in, n_in, 0, "q:67", 0.3f); }
 static mtf_tensor c_attention_segments_131(ARGS) { return attention_masked(g, v, in, n_in, 0, "q:131", 0.3f); }
@@ -412,6 +413,9 @@ static const op_case cases[] = {
     {"causal attention + logsumexp output", {"q:5,a:2,e:2", "a:2,m:5,e:2", "a:2,m:5,e:2"}, c_attention_lse},
     /* The bias broadcast over a (its gradient summed over a's problems), and per head across 2 tiles. */
     {"causal attention with a bias", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4", "m:6,q:6"}, c_attention_bias},
+    /* The dropout mask over a, which the bias gradient's output lacks (drawn from q's global indices). */
+    {"causal attention with a bias, dropout", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4", "m:6,q:6"},
+     c_attention_bias_dropout},
     {"causal attention with a bias, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2", "q:67,m:67"}, c_attention_bias},
     {"causal attention with segments", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention_segments},
     {"causal attention with segments, dropout, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2"}, c_attention_segments_67},

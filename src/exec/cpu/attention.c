@@ -35,7 +35,7 @@ problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *
   mtf_attention_geometry_make(&st->in_shape[0], pa->attention.dim, pa->attention.depth, &p.geo);
   int64_t offsets[MTF_MAX_RANK], global_dims[MTF_MAX_RANK]; /* microbatches number rows of the whole batch */
   mtf_random_extent(st, a, offsets, global_dims);
-  mtf_attention_mask_make(&p.geo, &st->out_shape, global_dims, offsets, st->seed,
+  mtf_attention_mask_make(&p.geo, mtf_random_extent_shape(st), global_dims, offsets, st->seed,
                           mtf_run_key(pa->attention.key, a->random_offset), pa->attention.keep, &p.mask);
   p.dropout = pa->attention.keep < 1.0f;
   p.L = p.geo.length;
