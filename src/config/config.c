@@ -60,7 +60,8 @@ static const key_spec schema[] = {
     {"model.relative_max_distance", KEY_INT, F(model.relative_max_distance), "128", 2, 1 << 24, NULL,
      "relative_bias: distances from this on share the last bucket (T5's max_distance)"},
     {"model.fused_attention", KEY_BOOL, F(model.fused_attention), "true", 0, 1, NULL,
-     "attention as one fused op (blockwise softmax, dropout inside, no [length, length] tensors)"},
+     "causal self-attention as one fused op (blockwise softmax; dropout, relative bias and the document mask "
+     "inside; no [length, length] tensors); false: the general einsum/softmax path"},
     {"model.z_loss", KEY_FLOAT, F(model.z_loss), "0.0001", 0, 1, NULL, "weight of log(Z)^2 in the loss"},
     {"model.moe.experts", KEY_INT, F(model.moe.experts), "0", 0, 1 << 16, NULL,
      "experts of each mixture-of-experts layer (0 = no MoE: every feed-forward layer dense)"},
