@@ -150,14 +150,22 @@ mtf_tensor mtf_causal_mask(mtf_graph *g, mtf_tensor x, const char *query_dim, co
 mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
                                 const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
                                 uint64_t dropout_key);
-/* The same with an additive bias on the scaled scores and segment masks (either MTF_NO_TENSOR for none): bias
- * has query_dim and memory_dim and any of q's other dims (broadcast over the rest; T5's relative bias
- * [heads, query, memory]); segments holds an id per query position (q's dims without depth_dim, any of the
- * others), and query i sees memory j only where their ids are equal (packed documents): the general path's
- * einsum + bias, masked_fill(-1e9) where the ids differ, softmax. */
-mtf_tensor mtf_causal_attention_masked(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, mtf_tensor bias,
-                                       mtf_tensor segments, const char *query_dim, const char *memory_dim,
-                                       const char *depth_dim, float scale, float dropout_rate, uint64_t dropout_key);
+/* Fused self-attention in general: causal or not (every memory position), with an additive bias on the
+ * scaled scores and segment masks (either MTF_NO_TENSOR for none). k and v may lack some of q's other dims
+ * and are then shared along them (grouped key/value heads: q [.., kv_heads, q_group, ..], k [.., kv_heads,
+ * ..]). bias has query_dim and memory_dim and any of q's other dims (broadcast over the rest; T5's relative
+ * bias [heads, query, memory]); segments holds an id per query position (q's dims without depth_dim, any of
+ * the others), and query i sees memory j only where their ids are equal (packed documents): the general
+ * path's einsum + bias, masked_fill(-1e9) where the ids differ, softmax. */
+typedef struct mtf_fused_attention_options {
+  const char *query_dim, *memory_dim, *depth_dim;
+  int causal;
+  float scale, dropout_rate;
+  uint64_t dropout_key;
+  mtf_tensor bias, segments;
+} mtf_fused_attention_options;
+mtf_tensor mtf_fused_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v,
+                               const mtf_fused_attention_options *options);
 /* Zeroes each element with probability rate and scales the rest by 1/(1-rate); the mask depends only
  * on (graph seed, key, global element index). rate 0 returns x. */
 mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key);

@@ -88,12 +88,13 @@ typedef union mtf_op_params {
   /* attention: query positions along dim, key/value positions along memory, features along depth; the
    * weights kept with probability keep (1: no dropout) by the random_keep mask of `key`; bf16: built under
    * the bf16 matmul policy, so a backend may multiply bfloat16-rounded q, k, v and weights (fp32 accumulation,
-   * fp32 softmax and statistics); bias, segments: the op has those optional inputs (ops/attention.h) */
+   * fp32 softmax and statistics); bias, segments: the op has those optional inputs (ops/attention.h); causal:
+   * memory positions <= the query's only */
   struct {
     char dim[MTF_NAME_MAX], memory[MTF_NAME_MAX], depth[MTF_NAME_MAX];
     float scale, keep;
     uint64_t key;
-    int bf16, bias, segments;
+    int bf16, bias, segments, causal;
   } attention;
   struct { char dim[MTF_NAME_MAX]; int index; } take;
   /* moving_average: decay `beta` unless a third (scalar) input gives it; power 1 or 2 */

@@ -201,8 +201,9 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
   if (m->fused_attention && fusable) {
     /* The same function, bias, document mask and dropout mask included (the same key), without the [batch,
      * heads, length, memory_length] tensors; the scores' scale is in wq's initialisation. */
-    o = mtf_causal_attention_masked(g, q, k, v, options->bias, options->segments, "length", "memory_length", "d_kv",
-                                    1.0f, env->dropout, (*env->dropout_key)++);
+    mtf_fused_attention_options fused = {"length", "memory_length", "d_kv", 1, 1.0f, env->dropout,
+                                         (*env->dropout_key)++, options->bias, options->segments};
+    o = mtf_fused_attention(g, q, k, v, &fused);
   } else {
     mtf_shape logits_shape = mtf_model_shape("batch:%lld,heads:%lld,length:%lld,memory_length:%lld",
                                       (long long)env->batch, (long long)m->heads, (long long)m->length,

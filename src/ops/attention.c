@@ -1,5 +1,6 @@
-/* Fused causal attention: o = dropout(softmax_memory(q.k * scale, memory position <= query position)) v,
- * computed by the kernels blockwise with an online softmax (tiles above the diagonal skipped), never
+/* Fused attention: o = dropout(softmax_memory(q.k * scale + bias, memory position <= query position when
+ * causal, same segment)) v, computed by the kernels blockwise with an online softmax (causal: tiles above
+ * the diagonal skipped), never
  * materialising the [query, memory] scores; the dropout mask is mtf_dropout's over the general path's
  * weights (ops/attention.h), drawn per tile. Nodes have one output, so the ops stack theirs:
  *   attention       (q, k, v)          -> F [_attn:2, q dims]: F[0] = o, F[1] = each row's logsumexp
@@ -152,13 +153,17 @@ int64_t mtf_attention_scratch_backward_bf16(int64_t count, int64_t length, int64
 mtf_tensor mtf_causal_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, const char *query_dim,
                                 const char *memory_dim, const char *depth_dim, float scale, float dropout_rate,
                                 uint64_t dropout_key) {
-  return mtf_causal_attention_masked(g, q, k, v, MTF_NO_TENSOR, MTF_NO_TENSOR, query_dim, memory_dim, depth_dim, scale,
-                                     dropout_rate, dropout_key);
+  mtf_fused_attention_options o = {query_dim, memory_dim, depth_dim, 1, scale, dropout_rate, dropout_key,
+                                   MTF_NO_TENSOR, MTF_NO_TENSOR};
+  return mtf_fused_attention(g, q, k, v, &o);
 }
 
-mtf_tensor mtf_causal_attention_masked(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v, mtf_tensor bias,
-                                       mtf_tensor segments, const char *query_dim, const char *memory_dim,
-                                       const char *depth_dim, float scale, float dropout_rate, uint64_t dropout_key) {
+mtf_tensor mtf_fused_attention(mtf_graph *g, mtf_tensor q, mtf_tensor k, mtf_tensor v,
+                               const mtf_fused_attention_options *o) {
+  const char *query_dim = o->query_dim, *memory_dim = o->memory_dim, *depth_dim = o->depth_dim;
+  float scale = o->scale, dropout_rate = o->dropout_rate;
+  uint64_t dropout_key = o->dropout_key;
+  mtf_tensor bias = o->bias, segments = o->segments;
   if (!(dropout_rate >= 0.0f && dropout_rate < 1.0f))
     return mtf_graph_fail(g, MTF_ERR_INVALID, "causal_attention: dropout rate %g must be in [0, 1)", (double)dropout_rate);
   mtf_op_params p;
@@ -172,6 +177,7 @@ mtf_tensor mtf_causal_attention_masked(mtf_graph *g, mtf_tensor q, mtf_tensor k,
   p.attention.bf16 = mtf_graph_matmul_dtype(g) == MTF_BF16;
   p.attention.bias = bias != MTF_NO_TENSOR;
   p.attention.segments = segments != MTF_NO_TENSOR;
+  p.attention.causal = o->causal != 0;
   mtf_tensor in[5] = {q, k, v};
   int n = 3;
   if (p.attention.bias) in[n++] = bias;
@@ -249,14 +255,16 @@ static int attention_infer(mtf_graph *g, mtf_node *n) {
   if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1)) return g->error.code;
   const mtf_shape *q = &g->nodes[n->inputs[0]].shape, *k = &g->nodes[n->inputs[1]].shape,
                   *v = &g->nodes[n->inputs[2]].shape;
-  char why[160];
+  char why[256];
   snprintf(why, sizeof why, "needs dimensions '%s' and '%s' and no '%s' or '%s'", qd, dd, md, MTF_ATTENTION_STACK);
   if (!mtf_shape_has(q, qd) || !mtf_shape_has(q, dd) || mtf_shape_has(q, md) || mtf_shape_has(q, MTF_ATTENTION_STACK) ||
       mtf_shape_has(q, MTF_ATTENTION_GRAD_STACK))
     return fail_shape(g, n, 0, why);
-  /* k: q's dims with the memory dim (of the same size: causal self-attention) for the query dim. */
-  snprintf(why, sizeof why, "must have the query's dimensions with '%s' for '%s', of the same size", md, qd);
-  if (k->rank != q->rank || mtf_shape_has(k, qd) || !mtf_shape_has(k, md)) return fail_shape(g, n, 1, why);
+  /* k: q's dims with the memory dim (of the same size: self-attention) for the query dim, less any of the
+   * others it is shared along (grouped key/value heads). */
+  snprintf(why, sizeof why, "must have the query's dimensions (some of the others may be missing) with '%s' for "
+           "'%s', of the same size, and '%s'", md, qd, dd);
+  if (mtf_shape_has(k, qd) || !mtf_shape_has(k, md) || !mtf_shape_has(k, dd)) return fail_shape(g, n, 1, why);
   for (int d = 0; d < k->rank; d++) {
     const char *name = strcmp(k->dims[d].name, md) == 0 ? qd : k->dims[d].name;
     int j = mtf_shape_index_of(q, name);
@@ -311,6 +319,9 @@ static void attention_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
     if (!mtf_grad_wanted(ctx, &n, k)) continue;
     mtf_tensor part = mtf_take(g, grads, MTF_ATTENTION_GRAD_STACK, k);
     if (k > 0) part = mtf_rename(g, part, n.params.attention.dim, n.params.attention.memory);
+    /* k and v shared along dims of q they lack: each problem's part, summed over them */
+    const mtf_shape *kv = &g->nodes[n.inputs[k]].shape;
+    if (k > 0 && kv->rank < g->nodes[n.inputs[0]].shape.rank) part = mtf_reduce_sum(g, part, kv);
     mtf_grad_accumulate(ctx, n.inputs[k], part);
   }
   /* The segment ids have no gradient (integers made float). */
@@ -374,7 +385,7 @@ static int take_lower(mtf_lowering *lw, int node) {
   return lower_whole(lw, node, 1, dims);
 }
 
-/* ---- FLOPs and scratch: the causal half of the score matrix, length (length + 1) / 2 pairs ---- */
+/* ---- FLOPs and scratch: the pairs of the score matrix computed (the causal half, or all) ---- */
 static mtf_attention_geometry step_geometry(const mtf_step *s) {
   mtf_attention_geometry geo;
   mtf_attention_geometry_make(&s->in_shape[0], s->params.attention.dim, s->params.attention.depth, &geo);
@@ -384,19 +395,21 @@ static mtf_attention_geometry step_geometry(const mtf_step *s) {
 /* Forward per pair: q.k and p v (2 depth each), scale, max, exp, sum. */
 static int64_t attention_flops(const mtf_step *s) {
   mtf_attention_geometry geo = step_geometry(s);
-  return geo.count * (geo.length * (geo.length + 1) / 2) * (4 * geo.depth + 4);
+  return geo.count * mtf_attention_pairs(s->params.attention.causal, geo.length) * (4 * geo.depth + 4);
 }
 
 /* Backward per pair: q.k again, dv, dp, dq, dk (2 depth each), exp and dS; per row D = do.o. */
 static int64_t attention_grad_flops(const mtf_step *s) {
   mtf_attention_geometry geo = step_geometry(s);
-  return geo.count * ((geo.length * (geo.length + 1) / 2) * (10 * geo.depth + 4) + 2 * geo.length * geo.depth);
+  int64_t pairs = mtf_attention_pairs(s->params.attention.causal, geo.length);
+  return geo.count * (pairs * (10 * geo.depth + 4) + 2 * geo.length * geo.depth);
 }
 
 /* Per pair: q.k and dO.v again (2 depth each), exp, dS. */
 static int64_t attention_bias_grad_flops(const mtf_step *s) {
   mtf_attention_geometry geo = step_geometry(s);
-  return geo.count * ((geo.length * (geo.length + 1) / 2) * (4 * geo.depth + 6) + 2 * geo.length * geo.depth);
+  int64_t pairs = mtf_attention_pairs(s->params.attention.causal, geo.length);
+  return geo.count * (pairs * (4 * geo.depth + 6) + 2 * geo.length * geo.depth);
 }
 
 static int64_t attention_scratch(const mtf_step *s) {
@@ -462,7 +475,7 @@ static void ref_end(ref_problem *r) {
 /* An operand of a product as the bf16 kernels see it: rounded to bfloat16 under the bf16 policy. */
 static double operand(const ref_problem *r, double x) { return r->bf16 ? (double)mtf_bf16_round((float)x) : x; }
 
-/* Score (i, j) of problem b after the bias and the segment mask (j <= i). */
+/* Score (i, j) of problem b after the bias and the segment mask (j visible from i). */
 static double ref_adjust(const mtf_ref_args *a, const ref_problem *r, int64_t b, int64_t i, int64_t j, double s) {
   if (r->in.bias >= 0)
     s += a->in[r->in.bias][mtf_attention_base(&r->geo, &r->bias, b) + i * r->bias.pos_stride + j * r->bias.depth_stride];
@@ -480,7 +493,8 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
   const double *q = a->in[0] + bq, *k = a->in[1] + bk, *v = a->in[2] + bk;
   for (int64_t i = 0; i < r->L; i++) {
     double *row = r->p + i * r->L, max = -INFINITY, sum = 0;
-    for (int64_t j = 0; j <= i; j++) {
+    int64_t visible = mtf_attention_visible(a->n->params.attention.causal, i, r->L);
+    for (int64_t j = 0; j < visible; j++) {
       double s = 0;
       for (int64_t d = 0; d < r->D; d++)
         s += operand(r, q[i * r->q.pos_stride + d * r->q.depth_stride]) *
@@ -488,9 +502,9 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
       row[j] = ref_adjust(a, r, b, i, j, s * a->n->params.attention.scale);
       max = fmax(max, row[j]);
     }
-    for (int64_t j = 0; j <= i; j++) sum += exp(row[j] - max);
+    for (int64_t j = 0; j < visible; j++) sum += exp(row[j] - max);
     r->lse[i] = max + log(sum);
-    for (int64_t j = 0; j < r->L; j++) row[j] = j <= i ? exp(row[j] - r->lse[i]) : 0.0;
+    for (int64_t j = 0; j < r->L; j++) row[j] = j < visible ? exp(row[j] - r->lse[i]) : 0.0;
     uint64_t base = mtf_attention_mask_base(&r->geo, &r->mask, b) + (uint64_t)(i * r->L);
     double *drop = r->drop + i * r->L;
     for (int64_t j = 0; j < r->L; j++)
@@ -499,7 +513,7 @@ static void ref_forward(const mtf_ref_args *a, ref_problem *r, int64_t b) {
                                                                                                     : 0.0;
     for (int64_t d = 0; d < r->D; d++) {
       double acc = 0;
-      for (int64_t j = 0; j <= i; j++)
+      for (int64_t j = 0; j < visible; j++)
         acc += operand(r, row[j] * drop[j]) * operand(r, v[j * r->k.pos_stride + d * r->k.depth_stride]);
       r->o[i * r->D + d] = acc;
     }

@@ -49,6 +49,15 @@ int64_t mtf_attention_base(const mtf_attention_geometry *geo, const mtf_attentio
  * diagonal, always in its own segment, keeps every row's maximum finite). */
 #define MTF_ATTENTION_MASKED (-1e9f)
 
+/* Memory positions query row i sees (params.attention.causal: those up to i; else all), and the pairs of a
+ * problem's score matrix that are computed. */
+static inline MTF_HOST_DEVICE int64_t mtf_attention_visible(int causal, int64_t i, int64_t length) {
+  return causal ? i + 1 : length;
+}
+static inline int64_t mtf_attention_pairs(int causal, int64_t length) {
+  return causal ? length * (length + 1) / 2 : length * length;
+}
+
 typedef struct mtf_attention_inputs {
   int bias, segments, forward, forward_grad; /* input indices, -1 where absent */
 } mtf_attention_inputs;

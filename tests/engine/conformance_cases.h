@@ -167,9 +167,9 @@ static mtf_tensor labels_input(mtf_graph *g, mtf_tensor *in, int *n_in, const ch
   return in[(*n_in)++];
 }
 /* An additive bias (v[3]) on the scores and segment ids from an integer input of `segments` shape (NULL:
- * none), with dropout. */
-static mtf_tensor attention_masked(mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in, int bias,
-                                   const char *segments, float dropout) {
+ * none), with dropout; causal or not. */
+static mtf_tensor attention_general(mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in, int bias,
+                                    const char *segments, float dropout, int causal) {
   mtf_tensor ids = MTF_NO_TENSOR;
   if (segments) {
     mtf_shape s = S(segments);
@@ -177,9 +177,19 @@ static mtf_tensor attention_masked(mtf_graph *g, const mtf_tensor *v, mtf_tensor
     mtf_shape scalar = {0}; /* two segments, interleaved: the drivers' ids (-1 .. 6) above 2.5 or not */
     ids = mtf_greater(g, mtf_to_float(g, in[(*n_in)++]), mtf_constant(g, &scalar, 2.5f));
   }
-  return mtf_causal_attention_masked(g, v[0], v[1], v[2], bias ? v[3] : MTF_NO_TENSOR, ids, "q", "m", "e", 0.7f,
-                                     dropout, 13);
+  mtf_fused_attention_options o = {"q", "m", "e", causal, 0.7f, dropout, 13, bias ? v[3] : MTF_NO_TENSOR, ids};
+  return mtf_fused_attention(g, v[0], v[1], v[2], &o);
 }
+static mtf_tensor attention_masked(mtf_graph *g, const mtf_tensor *v, mtf_tensor *in, int *n_in, int bias,
+                                   const char *segments, float dropout) {
+  return attention_general(g, v, in, n_in, bias, segments, dropout, 1);
+}
+static mtf_tensor c_attention_bidirectional(ARGS) { return attention_general(g, v, in, n_in, 0, NULL, 0.0f, 0); }
+static mtf_tensor c_attention_bidirectional_all(ARGS) { return attention_general(g, v, in, n_in, 1, "h:2,q:6", 0.3f, 0); }
+static mtf_tensor c_attention_bidirectional_67(ARGS) { return attention_general(g, v, in, n_in, 0, "q:67", 0.3f, 0); }
+static mtf_tensor c_attention_bidirectional_131(ARGS) { return attention_general(g, v, in, n_in, 0, "q:131", 0.3f, 0); }
+/* Grouped key/value heads: q [.., k:2, g:2, ..] reads k and v [.., k:2, ..], shared by the g query heads. */
+static mtf_tensor c_attention_grouped(ARGS) { return attention_general(g, v, in, n_in, 1, NULL, 0.3f, 1); }
 static mtf_tensor c_attention_bias(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.0f); }
 static mtf_tensor c_attention_bias_dropout(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.3f); }
 static mtf_tensor c_attention_segments(ARGS) { return attention_masked(g, v, in, n_in, 0, "a:2,q:6", 0.0f); }
@@ -423,6 +433,15 @@ static const op_case cases[] = {
      c_attention_segments_131},
     {"causal attention with a bias per head, segments, dropout", {"h:2,q:6,e:2", "m:6,h:2,e:2", "m:6,h:2,e:2",
      "h:2,q:6,m:6"}, c_attention_bias_segments},
+    {"causal attention, grouped heads, bias, dropout", {"k:2,q:6,g:2,e:2", "m:6,k:2,e:2", "m:6,k:2,e:2", "g:2,q:6,m:6"},
+     c_attention_grouped},
+    {"bidirectional attention", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention_bidirectional},
+    {"bidirectional attention with a bias per head, segments, dropout", {"h:2,q:6,e:2", "m:6,h:2,e:2", "m:6,h:2,e:2",
+     "h:2,q:6,m:6"}, c_attention_bidirectional_all},
+    {"bidirectional attention with segments, dropout, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2"},
+     c_attention_bidirectional_67},
+    {"bidirectional attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
+     c_attention_bidirectional_131},
     {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
     {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},
     {"softmax_cross_entropy + label smoothing + z_loss", {"a:3,c:1,v:6"}, c_xent_smoothed},

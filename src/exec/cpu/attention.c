@@ -38,6 +38,7 @@ problem mtf_cpu_attention_problem_of(const mtf_step *st, const mtf_kernel_args *
   mtf_attention_mask_make(&p.geo, mtf_random_extent_shape(st), global_dims, offsets, st->seed,
                           mtf_run_key(pa->attention.key, a->random_offset), pa->attention.keep, &p.mask);
   p.dropout = pa->attention.keep < 1.0f;
+  p.causal = pa->attention.causal;
   p.L = p.geo.length;
   p.D = p.geo.depth;
   p.in = mtf_attention_inputs_of(pa->attention.bias, pa->attention.segments, st->op != MTF_OP_ATTENTION);
@@ -124,7 +125,9 @@ static void unpack(const problem *p, const float *in, const mtf_attention_view *
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Columns of a score block (memory rows j0..) that query row i may see. */
-static inline int64_t visible(int64_t i, int64_t j0, int64_t nk) { return min64(nk, i - j0 + 1); }
+static inline int64_t visible(const problem *p, int64_t i, int64_t j0, int64_t nk) {
+  return p->causal ? min64(nk, i - j0 + 1) : nk;
+}
 
 static void forward_problem(const problem *p, int64_t b, const float *Q, const float *K, const float *V, float scale,
                             float *acc, float *S, float *out, const mtf_attention_view *vo, float *lse_out,
@@ -137,13 +140,13 @@ static void forward_problem(const problem *p, int64_t b, const float *Q, const f
     double l[TILE];
     for (int64_t r = 0; r < nq; r++) m[r] = -INFINITY, l[r] = 0;
     memset(acc, 0, sizeof(float) * (size_t)(nq * D));
-    for (int64_t j0 = 0; j0 < i0 + nq; j0 += TILE) {
+    for (int64_t j0 = 0; j0 < (p->causal ? i0 + nq : L); j0 += TILE) {
       int64_t nk = min64(TILE, L - j0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)D, scale, Q + i0 * D, (int)D,
                   K + j0 * D, (int)D, 0.0f, S, TILE);
       for (int64_t r = 0; r < nq; r++) {
         float *row = S + r * TILE;
-        int64_t n = visible(i0 + r, j0, nk);
+        int64_t n = visible(p, i0 + r, j0, nk);
         mtf_cpu_attention_adjust_row(p, b, i0 + r, j0, n, row);
         float correction = mtf_attention_online_softmax_row(row, n, nk, &m[r], &l[r]);
         if (p->dropout) mtf_cpu_attention_drop_row(p, mask_base, i0 + r, j0, n, row);
@@ -194,13 +197,13 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
   memset(w->dQ, 0, sizeof(float) * (size_t)(3 * L * D)); /* dQ, dK, dV are adjacent */
   for (int64_t j0 = 0; j0 < L; j0 += TILE) {
     int64_t nk = min64(TILE, L - j0);
-    for (int64_t i0 = j0; i0 < L; i0 += TILE) { /* query blocks at or below the diagonal */
+    for (int64_t i0 = p->causal ? j0 : 0; i0 < L; i0 += TILE) { /* causal: query blocks at or below the diagonal */
       int64_t nq = min64(TILE, L - i0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)D, scale, w->Q + i0 * D, (int)D,
                   w->K + j0 * D, (int)D, 0.0f, w->P, TILE);
       for (int64_t r = 0; r < nq; r++) {
         float *row = w->P + r * TILE, lse = w->lse[i0 + r];
-        int64_t n = visible(i0 + r, j0, nk);
+        int64_t n = visible(p, i0 + r, j0, nk);
         mtf_cpu_attention_adjust_row(p, b, i0 + r, j0, n, row);
         for (int64_t j = 0; j < n; j++) row[j] = expf(row[j] - lse);
         for (int64_t j = n; j < nk; j++) row[j] = 0.0f;
@@ -223,7 +226,7 @@ static void backward_problem(const problem *p, int64_t b, const grad_buffers *w,
         for (int64_t r = 0; r < nq; r++) {
           float *out = dbias + mtf_attention_base(&p->geo, &p->bias_view, b) + (i0 + r) * p->bias_view.pos_stride +
                        j0 * p->bias_view.depth_stride;
-          for (int64_t j = 0; j < visible(i0 + r, j0, nk); j++) out[j * p->bias_view.depth_stride] += w->dP[r * TILE + j];
+          for (int64_t j = 0; j < visible(p, i0 + r, j0, nk); j++) out[j * p->bias_view.depth_stride] += w->dP[r * TILE + j];
         }
         continue;
       }

@@ -10,7 +10,7 @@
 typedef struct mtf_cpu_attention_problem {
   mtf_attention_geometry geo;
   mtf_attention_mask mask;
-  int dropout;
+  int dropout, causal;
   int64_t L, D;
   mtf_attention_inputs in;
   const float *bias, *segments;

@@ -153,7 +153,7 @@ static void forward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
   for (int64_t gr = lo; gr < hi; gr++) {
     int64_t g = gr / f->nq, r = gr % f->nq, b = f->b0 + g, i = f->i0 + r;
     uint64_t mask_base = p->dropout ? mtf_attention_mask_base(&p->geo, &p->mask, b) : 0;
-    float *row = f->S + gr * f->n_mem, lse = softmax_row(p, b, mask_base, i, f->scale, row, i + 1, f->n_mem);
+    float *row = f->S + gr * f->n_mem, lse = softmax_row(p, b, mask_base, i, f->scale, row, mtf_attention_visible(p->causal, i, p->L), f->n_mem);
     round_row(row, f->n_mem, f->P + gr * f->n_mem);
     float *ls = f->out + mtf_attention_base(&p->geo, f->vl, b) + i * f->vl->pos_stride;
     for (int64_t d = 0; d < p->D; d++) ls[d * f->vl->depth_stride] = lse;
@@ -178,7 +178,7 @@ int mtf_cpu_attention_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel
     pack_group(&p, a->in[1], st->in_dtype[1], &vk, b0, n, K);
     pack_group(&p, a->in[2], st->in_dtype[2], &vk, b0, n, V);
     for (int64_t i0 = 0; i0 < L; i0 += R) {
-      int64_t nq = min64(R, L - i0), n_mem = i0 + nq, block = nq * n_mem;
+      int64_t nq = min64(R, L - i0), n_mem = p.causal ? i0 + nq : L, block = nq * n_mem;
       const mtf_bf16 *Qi = Q + block_major(&p, n, i0, nq, 0, 0), *Km = memory_prefix(&p, n, n_mem, K, Kpre),
                      *Vm = memory_prefix(&p, n, n_mem, V, Vpre);
       MTF_CHECK(mtf_cpu_bf16_product_batch(be->threads, n, nq, n_mem, D, 0, 1, Qi, nq * D, Km, n_mem * D, S, block));
@@ -206,7 +206,7 @@ static void backward_rows_chunk(void *ctx, int64_t lo, int64_t hi) {
   const problem *p = k->p;
   int64_t n_mem = k->n_mem;
   for (int64_t gr = lo; gr < hi; gr++) {
-    int64_t g = gr / k->nq, r = gr % k->nq, i = k->i0 + r, visible = i + 1;
+    int64_t g = gr / k->nq, r = gr % k->nq, i = k->i0 + r, visible = mtf_attention_visible(p->causal, i, p->L);
     float *row = k->Pf + gr * n_mem, *kept = p->dropout ? k->PRf + gr * n_mem : row;
     if (k->phase == 0) {
       float l = k->lse[g * k->L + i], scale = k->scale;
@@ -265,7 +265,8 @@ int mtf_cpu_attention_grad_bf16(mtf_backend *be, const mtf_step *st, const mtf_k
     }
     memset(dK, 0, sizeof(float) * (size_t)(2 * G * LD)); /* dK, dV; each block writes its own rows of dQ */
     for (int64_t i0 = 0; i0 < L; i0 += R) {
-      int64_t nq = min64(R, L - i0), n_mem = i0 + nq, block = nq * n_mem, at = block_major(&p, n, i0, nq, 0, 0);
+      int64_t nq = min64(R, L - i0), n_mem = p.causal ? i0 + nq : L, block = nq * n_mem;
+      int64_t at = block_major(&p, n, i0, nq, 0, 0);
       const mtf_bf16 *Qi = Q + at, *dOi = dO + at, *Km = memory_prefix(&p, n, n_mem, K, Kpre),
                      *Vm = memory_prefix(&p, n, n_mem, V, Vpre);
       int nt = mtf_cpu_threads(be->threads, n * block);
