@@ -196,12 +196,11 @@ mtf_tensor mtf_attention_block(const mtf_attention_env *env, mtf_tensor h, const
   k = expand_heads(env, k);
   v = expand_heads(env, v);
   mtf_tensor o;
-  int fusable = self && !options->bidirectional &&
-                (options->mask == MTF_NO_TENSOR || options->segments != MTF_NO_TENSOR);
+  int fusable = self && (options->mask == MTF_NO_TENSOR || options->segments != MTF_NO_TENSOR);
   if (m->fused_attention && fusable) {
     /* The same function, bias, document mask and dropout mask included (the same key), without the [batch,
      * heads, length, memory_length] tensors; the scores' scale is in wq's initialisation. */
-    mtf_fused_attention_options fused = {"length", "memory_length", "d_kv", 1, 1.0f, env->dropout,
+    mtf_fused_attention_options fused = {"length", "memory_length", "d_kv", !options->bidirectional, 1.0f, env->dropout,
                                          (*env->dropout_key)++, options->bias, options->segments};
     o = mtf_fused_attention(g, q, k, v, &fused);
   } else {
