@@ -99,7 +99,9 @@ struct grid_run {
 grid_run run;
 const void *scheduler_stack_bottom; /* the scheduler's stack, for the sanitizer's switch announcements */
 size_t scheduler_stack_size;
-alignas(16) unsigned char dynamic_shared[MAX_SHARED];
+/* 128-byte aligned: a GPU's dynamic shared memory starts at the block's shared window when the kernel has no
+ * static shared memory, and wmma tiles in it need 32 bytes. */
+alignas(128) unsigned char dynamic_shared[MAX_SHARED];
 
 void set_thread(unsigned linear) {
   threadIdx.x = linear % blockDim.x;

@@ -95,12 +95,14 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidDeviceFunction: return "cudaErrorInvalidDeviceFunction";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorMisalignedAddress: return "cudaErrorMisalignedAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     default: return "cudaErrorUnknown";
   }
@@ -294,7 +296,37 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }
-cudaError_t cudaFuncSetAttribute(const void *, cudaFuncAttribute, int value) {
-  return value <= 228 * 1024 ? cudaSuccess
-                             : fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: more shared memory than a block has");
+namespace {
+const int SHARED_DEFAULT = 48 * 1024, SHARED_OPTIN = 227 * 1024; /* an H100's per-block limits */
+std::map<const void *, int> &dynamic_shared_limits() {
+  static std::map<const void *, int> limits; /* kernel -> cudaFuncAttributeMaxDynamicSharedMemorySize */
+  return limits;
+}
+}  // namespace
+
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value) {
+  if (!func) return fail(cudaErrorInvalidDeviceFunction, "cudaFuncSetAttribute of a null function");
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+    return fail(cudaErrorInvalidValue, "cudaFuncSetAttribute: attribute not emulated");
+  if (value < 0 || value > SHARED_OPTIN) {
+    char detail[160];
+    snprintf(detail, sizeof detail,
+             "cudaFuncSetAttribute: %d bytes of dynamic shared memory (a block has at most %d)", value, SHARED_OPTIN);
+    return fail(cudaErrorInvalidValue, detail);
+  }
+  dynamic_shared_limits()[func] = value;
+  return cudaSuccess;
+}
+
+cudaError_t mtf_emu_check_dynamic_shared(const void *func, size_t shared_bytes) {
+  auto &limits = dynamic_shared_limits();
+  auto it = limits.find(func);
+  size_t limit = (size_t)(it == limits.end() ? SHARED_DEFAULT : it->second);
+  if (shared_bytes <= limit) return cudaSuccess;
+  char detail[240];
+  snprintf(detail, sizeof detail,
+           "launch asks %zu bytes of dynamic shared memory, more than the kernel's %zu (above 48 KiB only after "
+           "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))",
+           shared_bytes, limit);
+  return fail(cudaErrorInvalidValue, detail);
 }

@@ -1,23 +1,33 @@
-/* CUDA kernels of fused causal attention (ops/attention.c), flash-style: tiles of T query rows x T memory
- * rows in shared memory, tiles wholly above the diagonal never computed, no [length, length] buffer.
- * T is the largest power of two <= 32 whose tiles fit the 48 KiB of static shared memory every GPU grants
- * without opting in (pick_tile); operands are read in place through ops/attention.h's views (any dim order).
+/* CUDA kernels of fused attention (ops/attention.c), flash-style: tiles of T query rows x T memory rows in
+ * shared memory, no [length, length] buffer; when causal (params.attention.causal) tiles wholly above the
+ * diagonal are never computed, otherwise every pair is. T is the largest power of two <= 32 whose tiles fit
+ * the 48 KiB of static shared memory every GPU grants without opting in (pick_tile); operands are read in
+ * place through ops/attention.h's views (any dim order; k and v shared along q's dims they lack have batch
+ * stride 0 there, and their per-problem gradients are summed by the graph).
  *
  * Forward: one block per (problem, query tile). The online softmax keeps each row's running max m (float)
  * and sum l (double, as the CPU); a new tile of scores rescales the accumulator by exp(m_old - m_new).
- * o = acc / l, lse = m + log l (stored along depth, as the CPU's F[1]).
- * Backward, one pass: one block per (problem, memory tile j), over the query tiles i >= j: P = exp(S - lse)
- * from the forward pass's logsumexp, dV_j += (P R)^T dO_i, dP = dO_i V_j^T, dS = P R dP - P delta with
- * delta = rowsum(dO o) - rowsum(dlse), dK_j += scale dS^T Q_i (kept in shared memory, written once), and
- * dQ_i += scale dS K_j by atomicAdd into the zeroed output (several memory tiles add to one query row).
+ * o = acc / l, lse = m + log l (stored along depth, as the CPU's F[1]); under bf16 see below.
+ * Backward, one pass: one block per (problem, memory tile j), over the query tiles i >= j (causal; else all
+ * of them): P = exp(S - lse) from the forward pass's logsumexp, dV_j += (P R)^T dO_i, dP = dO_i V_j^T,
+ * dS = P R dP - P delta with delta = rowsum(dO o) - rowsum(dlse), dK_j += scale dS^T Q_i (kept in shared
+ * memory, written once), and dQ_i += scale dS K_j by atomicAdd into the zeroed output (several memory tiles
+ * add to one query row).
  * Dropout (R: 0 or 1 / keep) is ops/attention.h's mask, recomputed from global indices per tile with
  * core/rng's hash: the forward pass sums kept and dropped probabilities into l and accumulates only the
  * kept ones, scaled, exactly as the CPU kernel.
+ * The optional bias (float32, any subset of q's batch dims) is added to each visible pair's scaled score, and
+ * pairs of different segments (ids float32, per query position) then get MTF_ATTENTION_MASKED (adjust, in
+ * mtf_cpu_attention_adjust_row's order), in the forward and backward kernels alike, so that the backward
+ * pass's P = exp(S - lse) is the forward pass's softmax. The bias gradient (attention_bias_grad) is the
+ * backward kernel with dbias: the same P and dS, each visible pair's dS (unscaled: the bias is added after
+ * the scale; never rounded, as the CPU's) atomically added into its bias element (the problems along the
+ * dims the bias lacks share elements), and no dV, dK, dQ products; its output is zeroed first.
  * Under the bf16 policy (params.attention.bf16) the product operands are rounded to bfloat16 as the CPU's bf16
  * path (and the reference) round them: q, k, v, dO as loaded, (P R)^T dO's weights, scale dS before dS K and
- * dS^T Q, and the weights of P V, which here are the online softmax's unnormalised ones (rounded before the
- * division by l where the CPU rounds after it: within a bfloat16 rounding of it); sums stay fp32 (the tiles are
- * CUDA-core products, not tensor cores yet). */
+ * dS^T Q, and the normalised weights of P V, which is why the forward takes the rows' max and sum in a first
+ * pass over the memory tiles there (twice the score products); delta stays from the fp32 dO, and sums stay
+ * fp32 (the tiles are CUDA-core products, not tensor cores yet). */
 #include "core/bf16.h"
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
@@ -37,20 +47,20 @@ typedef struct att_view {
   int64_t pos, depth, offset;
 } att_view;
 
-/* One step's attention problems: geometry, dropout mask, scale. */
+/* One step's attention problems: geometry, dropout mask, scale, the optional bias and segment ids. */
 typedef struct att_problem {
   int batch_rank;
   int64_t batch_size[MTF_MAX_RANK], mask_global[MTF_MAX_RANK], mask_offset[MTF_MAX_RANK];
   int64_t count, L, D, tiles;
-  int T, dropout, bf16;
+  int T, dropout, bf16, causal;
   int q_bf16, k_bf16, v_bf16; /* q, k, v bf16-stored (step in_dtype, lower/storage.c) */
   uint64_t seed, key;
   float keep, drop_scale, scale;
+  const float *bias, *segments; /* float32 always (attention_reads_bf16); NULL where the op has none */
+  att_view vb, vs;              /* mtf_attention_bias_view, mtf_attention_segments_view */
 } att_problem;
 
-static att_view view_of(const mtf_attention_geometry *geo, const mtf_shape *s, const char *pos, const char *depth,
-                        const char *stack, int index) {
-  mtf_attention_view v = mtf_attention_view_make(geo, s, pos, depth, stack, index);
+static att_view att_view_of(const mtf_attention_view &v) {
   att_view a;
   memset(&a, 0, sizeof a);
   for (int d = 0; d < MTF_MAX_RANK; d++) a.batch_stride[d] = v.batch_stride[d];
@@ -58,6 +68,11 @@ static att_view view_of(const mtf_attention_geometry *geo, const mtf_shape *s, c
   a.depth = v.depth_stride;
   a.offset = v.offset;
   return a;
+}
+
+static att_view view_of(const mtf_attention_geometry *geo, const mtf_shape *s, const char *pos, const char *depth,
+                        const char *stack, int index) {
+  return att_view_of(mtf_attention_view_make(geo, s, pos, depth, stack, index));
 }
 
 static size_t forward_bytes(int64_t T, int64_t D) {
@@ -73,14 +88,15 @@ static int pick_tile(int64_t D, int backward) {
   return 0;
 }
 
+/* With the step's input indices in *in (F and dF after the optional inputs in the backward ops). */
 static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a, int backward,
-                      mtf_attention_geometry *geo, att_problem *p) {
+                      mtf_attention_geometry *geo, att_problem *p, mtf_attention_inputs *in) {
   const mtf_op_params *pa = &st->params;
   mtf_attention_geometry_make(&st->in_shape[0], pa->attention.dim, pa->attention.depth, geo);
   int64_t offsets[MTF_MAX_RANK], global_dims[MTF_MAX_RANK]; /* microbatches number rows of the whole batch */
   mtf_random_extent(st, a, offsets, global_dims);
   mtf_attention_mask mask;
-  mtf_attention_mask_make(geo, &st->out_shape, global_dims, offsets, st->seed,
+  mtf_attention_mask_make(geo, mtf_random_extent_shape(st), global_dims, offsets, st->seed,
                           mtf_run_key(pa->attention.key, a->random_offset), pa->attention.keep, &mask);
   memset(p, 0, sizeof *p);
   p->batch_rank = geo->batch.rank;
@@ -99,6 +115,7 @@ static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
                            (long long)p->D);
   p->tiles = (p->L + p->T - 1) / p->T;
   p->dropout = pa->attention.keep < 1.0f;
+  p->causal = pa->attention.causal;
   p->seed = mask.seed;
   p->key = mask.key;
   p->keep = mask.keep;
@@ -108,6 +125,15 @@ static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
   p->q_bf16 = k_in_bf16(st, 0);
   p->k_bf16 = k_in_bf16(st, 1);
   p->v_bf16 = k_in_bf16(st, 2);
+  *in = mtf_attention_inputs_of(pa->attention.bias, pa->attention.segments, backward);
+  if (in->bias >= 0) {
+    p->bias = (const float *)a->in[in->bias];
+    p->vb = att_view_of(mtf_attention_bias_view(geo, &st->in_shape[in->bias], pa->attention.dim, pa->attention.memory));
+  }
+  if (in->segments >= 0) {
+    p->segments = (const float *)a->in[in->segments];
+    p->vs = att_view_of(mtf_attention_segments_view(geo, &st->in_shape[in->segments], pa->attention.dim));
+  }
   return MTF_OK;
 }
 
@@ -135,6 +161,27 @@ __device__ inline uint64_t mask_base(const att_problem &p, int64_t b) {
 /* The dropout factor of weight (i, j): 1 / keep or 0. */
 __device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t i, int64_t j) {
   return mtf_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
+}
+
+/* Problem b's part of an optional input (x + its base in view v), NULL where absent. */
+__device__ inline const float *extra_of(const att_problem &p, const float *x, const att_view &v, int64_t b) {
+  return x ? x + view_base(p, v, b) : NULL;
+}
+
+/* Scaled score s of the visible pair (i, j) after the bias and the segment mask, in the CPU's order (bias
+ * first: a masked pair is MTF_ATTENTION_MASKED whatever its bias). bias, ids: extra_of's. */
+__device__ inline float adjust(const att_problem &p, const float *bias, const float *ids, int64_t i, int64_t j,
+                               float s) {
+  if (bias) s += bias[i * p.vb.pos + j * p.vb.depth];
+  if (ids && ids[i * p.vs.pos] != ids[j * p.vs.pos]) s = MTF_ATTENTION_MASKED;
+  return s;
+}
+
+/* Whether query row i sees memory row j (causal: j <= i), and how many of the nk memory rows from j0 it sees. */
+__device__ inline bool sees(const att_problem &p, int64_t i, int64_t j) { return !p.causal || j <= i; }
+__device__ inline int64_t seen(const att_problem &p, int64_t i, int64_t j0, int64_t nk) {
+  int64_t n = mtf_attention_visible(p.causal, i, p.L) - j0;
+  return n < nk ? n : nk;
 }
 
 /* A product operand: rounded to bfloat16 under the bf16 policy. */
@@ -167,41 +214,55 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
     int64_t b = unit / p.tiles, i0 = unit % p.tiles * T, nq = L - i0 < T ? L - i0 : T;
     int64_t bq = view_base(p, vq, b), bk = view_base(p, vk, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
+    const float *bias = extra_of(p, p.bias, p.vb, b), *ids = extra_of(p, p.segments, p.vs, b);
     load_tile(p, q, p.q_bf16, vq, bq, i0, nq, D, Q);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) acc[e] = 0.0f;
     for (int64_t r = threadIdx.x; r < T; r += blockDim.x) m[r] = -INFINITY, l[r] = 0.0;
     __syncthreads();
-    for (int64_t j0 = 0; j0 < i0 + nq; j0 += T) {
-      int64_t nk = L - j0 < T ? L - j0 : T;
-      load_tile(p, k, p.k_bf16, vk, bk, j0, nk, D, K);
-      load_tile(p, v, p.v_bf16, vk, bk, j0, nk, D, V);
-      __syncthreads();
-      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
-        int64_t r = e / T, c = e % T;
-        S[e] = c < nk && j0 + c <= i0 + r ? p.scale * dot(Q + r * D, K + c * D, D) : -INFINITY;
+    /* Under bf16 a first pass takes each row's max and sum, so that the second rounds the weights normalised,
+     * as the CPU and the reference do (an unnormalised weight rounds elsewhere: up to an ulp per weight). */
+    for (int pass = p.bf16 ? 0 : 1; pass < 2; pass++) {
+      for (int64_t j0 = 0; j0 < (p.causal ? i0 + nq : L); j0 += T) { /* causal: tiles up to the diagonal */
+        int64_t nk = L - j0 < T ? L - j0 : T;
+        load_tile(p, k, p.k_bf16, vk, bk, j0, nk, D, K);
+        if (pass == 1) load_tile(p, v, p.v_bf16, vk, bk, j0, nk, D, V);
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+          int64_t r = e / T, c = e % T;
+          S[e] = c < nk && sees(p, i0 + r, j0 + c)
+                     ? adjust(p, bias, ids, i0 + r, j0 + c, p.scale * dot(Q + r * D, K + c * D, D))
+                     : -INFINITY;
+        }
+        __syncthreads();
+        for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: the softmax */
+          float *row = S + r * T;
+          int64_t n = seen(p, i0 + r, j0, nk);
+          if (p.bf16 && pass == 1) { /* m and l are the row's final max and sum */
+            for (int64_t c = 0; c < T; c++) row[c] = c < n ? expf(row[c] - m[r]) : 0.0f;
+            correction[r] = 1.0f;
+          } else {
+            correction[r] = mtf_attention_online_softmax_row(row, n, T, &m[r], &l[r]);
+            if (pass == 0) continue;
+          }
+          if (p.dropout)
+            for (int64_t c = 0; c < n; c++) row[c] *= drop_factor(p, mbase, i0 + r, j0 + c);
+          const float inv = p.bf16 ? 1.0f / (float)l[r] : 1.0f; /* the CPU's order: exp, dropout, 1 / sum */
+          for (int64_t c = 0; c < n && p.bf16; c++) row[c] = mtf_bf16_round(row[c] * inv);
+        }
+        __syncthreads();
+        for (int64_t e = threadIdx.x; e < nq * D && pass == 1; e += blockDim.x) {
+          int64_t r = e / D, d = e % D;
+          float s = 0.0f;
+          for (int64_t c = 0; c < nk; c++) s += S[r * T + c] * V[c * D + d];
+          acc[e] = acc[e] * correction[r] + s;
+        }
+        __syncthreads();
       }
-      __syncthreads();
-      for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) { /* one thread per row: the online softmax */
-        float *row = S + r * T;
-        int64_t n = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk; /* visible columns */
-        correction[r] = mtf_attention_online_softmax_row(row, n, T, &m[r], &l[r]);
-        if (p.dropout)
-          for (int64_t c = 0; c < n; c++) row[c] *= drop_factor(p, mbase, i0 + r, j0 + c);
-        for (int64_t c = 0; c < n && p.bf16; c++) row[c] = mtf_bf16_round(row[c]);
-      }
-      __syncthreads();
-      for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
-        int64_t r = e / D, d = e % D;
-        float s = 0.0f;
-        for (int64_t c = 0; c < nk; c++) s += S[r * T + c] * V[c * D + d];
-        acc[e] = acc[e] * correction[r] + s;
-      }
-      __syncthreads();
     }
     int64_t bo = view_base(p, vo, b), bl = view_base(p, vl, b);
     for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) {
       int64_t r = e / D, d = e % D;
-      out[bo + (i0 + r) * vo.pos + d * vo.depth] = acc[e] * (float)(1.0 / l[r]);
+      out[bo + (i0 + r) * vo.pos + d * vo.depth] = p.bf16 ? acc[e] : acc[e] * (float)(1.0 / l[r]);
       out[bl + (i0 + r) * vl.pos + d * vl.depth] = (float)(m[r] + log(l[r]));
     }
     __syncthreads();
@@ -211,7 +272,8 @@ __global__ void k_attention_kernel(att_problem p, att_view vq, att_view vk, att_
 static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   mtf_attention_geometry geo;
   att_problem p;
-  int rc = problem_of(b, st, a, 0, &geo, &p);
+  mtf_attention_inputs in;
+  int rc = problem_of(b, st, a, 0, &geo, &p, &in);
   if (rc != MTF_OK) return rc;
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   att_view vq = view_of(&geo, &st->in_shape[0], qd, dd, NULL, 0), vk = view_of(&geo, &st->in_shape[1], md, dd, NULL, 0);
@@ -224,13 +286,14 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   K_DONE(b, "attention");
 }
 
-/* ---- backward: in q, k, v, F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv] (zeroed first) ---- */
+/* ---- backward: in q, k, v [, bias] [, segments], F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv], or
+ * (out NULL) dbias, the bias's gradient; either zeroed first ---- */
 typedef struct att_grad_views {
   att_view q, k, o, lse, dO, dlse, dq, dk, dv;
 } att_grad_views;
 
 __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
-                                        const float *F, const float *dF, float *out) {
+                                        const float *F, const float *dF, float *out, float *dbias) {
   MTF_DYNAMIC_SHARED(unsigned char, shared);
   const int64_t T = p.T, D = p.D, L = p.L;
   float *K = (float *)shared, *V = K + T * D, *dK = V + T * D, *dV = dK + T * D, *Q = dV + T * D, *dO = Q + T * D;
@@ -241,11 +304,13 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
     int64_t bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b), bdl = view_base(p, w.dlse, b);
     int64_t bdq = view_base(p, w.dq, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
+    const float *bias = extra_of(p, p.bias, p.vb, b), *ids = extra_of(p, p.segments, p.vs, b);
+    float *db = dbias ? dbias + view_base(p, p.vb, b) : NULL;
     load_tile(p, k, p.k_bf16, w.k, bk, j0, nk, D, K);
     load_tile(p, v, p.v_bf16, w.k, bk, j0, nk, D, V);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dK[e] = dV[e] = 0.0f;
     __syncthreads();
-    for (int64_t i0 = j0; i0 < L; i0 += T) { /* query tiles at or below the diagonal */
+    for (int64_t i0 = p.causal ? j0 : 0; i0 < L; i0 += T) { /* causal: query tiles at or below the diagonal */
       int64_t nq = L - i0 < T ? L - i0 : T;
       load_tile(p, q, p.q_bf16, w.q, bq, i0, nq, D, Q);
       load_tile(p, dF, 0, w.dO, bdo, i0, nq, D, dO);
@@ -262,8 +327,9 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
       __syncthreads();
       for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
         int64_t r = e / T, c = e % T;
-        int visible = c < nk && j0 + c <= i0 + r;
-        float pv = visible ? expf(p.scale * dot(Q + r * D, K + c * D, D) - lse[r]) : 0.0f;
+        int visible = c < nk && sees(p, i0 + r, j0 + c);
+        float pv = visible ? expf(adjust(p, bias, ids, i0 + r, j0 + c, p.scale * dot(Q + r * D, K + c * D, D)) - lse[r])
+                           : 0.0f;
         P[e] = pv;
         PR[e] = p.dropout && visible ? pv * drop_factor(p, mbase, i0 + r, j0 + c) : pv;
         dP[e] = c < nk ? dot(dO + r * D, V + c * D, D) : 0.0f;
@@ -271,12 +337,14 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
       __syncthreads();
       /* dS; under bf16 scaled and rounded here (the products below then take scale 1) */
       for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
-        float ds = PR[e] * dP[e] - P[e] * delta[e / T];
+        int64_t r = e / T, c = e % T;
+        float ds = PR[e] * dP[e] - P[e] * delta[r];
+        if (db && c < nk && sees(p, i0 + r, j0 + c)) atomicAdd(db + (i0 + r) * p.vb.pos + (j0 + c) * p.vb.depth, ds);
         dP[e] = p.bf16 ? mtf_bf16_round(p.scale * ds) : ds;
       }
       __syncthreads();
       const float ds_scale = p.bf16 ? 1.0f : p.scale;
-      for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) { /* dV_j, dK_j: rows of this memory tile */
+      for (int64_t e = threadIdx.x; e < nk * D && !db; e += blockDim.x) { /* dV_j, dK_j: this memory tile's rows */
         int64_t c = e / D, d = e % D;
         float sv = 0.0f, sk = 0.0f;
         for (int64_t r = 0; r < nq; r++) {
@@ -286,7 +354,7 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
         dV[e] += sv;
         dK[e] += ds_scale * sk;
       }
-      for (int64_t e = threadIdx.x; e < nq * D; e += blockDim.x) { /* dQ_i: shared with other memory tiles */
+      for (int64_t e = threadIdx.x; e < nq * D && !db; e += blockDim.x) { /* dQ_i: shared with other memory tiles */
         int64_t r = e / D, d = e % D;
         float s = 0.0f;
         for (int64_t c = 0; c < nk; c++) s += dP[r * T + c] * K[c * D + d];
@@ -295,7 +363,7 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
       __syncthreads();
     }
     int64_t bdk = view_base(p, w.dk, b), bdv = view_base(p, w.dv, b);
-    for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
+    for (int64_t e = threadIdx.x; e < nk * D && !db; e += blockDim.x) {
       int64_t c = e / D, d = e % D;
       out[bdk + (j0 + c) * w.dk.pos + d * w.dk.depth] = dK[e];
       out[bdv + (j0 + c) * w.dv.pos + d * w.dv.depth] = dV[e];
@@ -307,31 +375,38 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
 static int k_attention_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
   mtf_attention_geometry geo;
   att_problem p;
-  int rc = problem_of(b, st, a, 1, &geo, &p);
+  mtf_attention_inputs in;
+  int rc = problem_of(b, st, a, 1, &geo, &p, &in);
   if (rc != MTF_OK) return rc;
+  int bias_grad = st->op == MTF_OP_ATTENTION_BIAS_GRAD;
   const char *qd = st->params.attention.dim, *md = st->params.attention.memory, *dd = st->params.attention.depth;
   att_grad_views w;
+  memset(&w, 0, sizeof w);
   w.q = view_of(&geo, &st->in_shape[0], qd, dd, NULL, 0);
   w.k = view_of(&geo, &st->in_shape[1], md, dd, NULL, 0);
-  w.o = view_of(&geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, 0);
-  w.lse = view_of(&geo, &st->in_shape[3], qd, dd, MTF_ATTENTION_STACK, 1);
-  w.dO = view_of(&geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, 0);
-  w.dlse = view_of(&geo, &st->in_shape[4], qd, dd, MTF_ATTENTION_STACK, 1);
-  w.dq = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 0);
-  w.dk = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 1);
-  w.dv = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 2);
+  w.o = view_of(&geo, &st->in_shape[in.forward], qd, dd, MTF_ATTENTION_STACK, 0);
+  w.lse = view_of(&geo, &st->in_shape[in.forward], qd, dd, MTF_ATTENTION_STACK, 1);
+  w.dO = view_of(&geo, &st->in_shape[in.forward_grad], qd, dd, MTF_ATTENTION_STACK, 0);
+  w.dlse = view_of(&geo, &st->in_shape[in.forward_grad], qd, dd, MTF_ATTENTION_STACK, 1);
+  if (!bias_grad) { /* the bias gradient's output is the bias's shape, not the stack's */
+    w.dq = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 0);
+    w.dk = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 1);
+    w.dv = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_GRAD_STACK, 2);
+  }
   rc = mtf_cuda_k_fill(b, (float *)a->out, 0.0f, mtf_shape_num_elements(&st->out_shape));
   if (rc != MTF_OK) return rc;
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
   MTF_LAUNCH(k_attention_grad_kernel, k_row_blocks(units), K_THREADS, backward_bytes(p.T, p.D), K_STREAM(b), p, w,
-             a->in[0], a->in[1], a->in[2], (const float *)a->in[3], (const float *)a->in[4], (float *)a->out);
-  K_DONE(b, "attention_grad");
+             a->in[0], a->in[1], a->in[2], (const float *)a->in[in.forward], (const float *)a->in[in.forward_grad],
+             bias_grad ? NULL : (float *)a->out, bias_grad ? (float *)a->out : NULL);
+  K_DONE(b, bias_grad ? "attention_bias_grad" : "attention_grad");
 }
 
 void mtf_cuda_register_attention(mtf_kernel_fn *k) {
   k[MTF_OP_ATTENTION] = k_attention;
   k[MTF_OP_ATTENTION_GRAD] = k_attention_grad;
+  k[MTF_OP_ATTENTION_BIAS_GRAD] = k_attention_grad;
 }
 
 MTF_CUDA_END

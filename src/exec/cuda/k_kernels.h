@@ -15,7 +15,7 @@ void mtf_cuda_register_fused_grad(mtf_kernel_fn *kernels);  /* k_fused_grad.cu *
 void mtf_cuda_register_optimizer(mtf_kernel_fn *kernels);   /* k_optimizer.cu */
 void mtf_cuda_register_select(mtf_kernel_fn *kernels);      /* k_select.cu: top_k, top_k_indices, cumsum */
 void mtf_cuda_register_write_at(mtf_kernel_fn *kernels);    /* k_write_at.cu */
-void mtf_cuda_register_attention(mtf_kernel_fn *kernels);   /* k_attention.cu: attention, attention_grad */
+void mtf_cuda_register_attention(mtf_kernel_fn *kernels);   /* k_attention.cu: attention and its gradients */
 
 /* out = the sum of `in` over its dims absent from out, or a transposed copy (dims matched by name), on the
  * compute stream (k_reduce.cu); out float32, or rounded to bfloat16 where out_bf16. */

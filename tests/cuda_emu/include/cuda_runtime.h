@@ -27,6 +27,9 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#ifndef __align__
+#define __align__(n) __attribute__((aligned(n)))
+#endif
 #ifndef __restrict__
 #define __restrict__ __restrict
 #endif
@@ -174,6 +177,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventQuery(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
+/* cudaFuncAttributeMaxDynamicSharedMemorySize only, up to the device's opt-in 227 KiB (an H100's): a launch of
+ * func may then ask that much dynamic shared memory; without it, at most 48 KiB (larger launches fail with
+ * cudaErrorInvalidValue as on a GPU). */
 cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value);
 template <typename F> inline cudaError_t cudaFuncSetAttribute(F *func, cudaFuncAttribute attr, int value) {
   return cudaFuncSetAttribute((const void *)func, attr, value);
@@ -186,6 +192,9 @@ int mtf_emu_is_device(const void *p, size_t bytes);
 void mtf_emu_set_error(cudaError_t e, const char *detail);
 /* The text of the last failure (what the launch found: a barrier not reached by every thread, ...). */
 const char *mtf_emu_last_detail(void);
+/* May a launch of func ask shared_bytes of dynamic shared memory (48 KiB, or what cudaFuncSetAttribute set)?
+ * cudaSuccess, or cudaErrorInvalidValue, recorded with the detail. */
+cudaError_t mtf_emu_check_dynamic_shared(const void *func, size_t shared_bytes);
 
 #include "emu_launch.h"
 

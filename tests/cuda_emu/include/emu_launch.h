@@ -4,7 +4,9 @@
  * on its own copy. Blocks run one after another; the threads of a block are fibers on one OS thread that run
  * until they finish or reach __syncthreads, so a barrier is where they meet, and shared memory (statics,
  * the dynamic buffer) is theirs alone for the block. A barrier that some of a block's threads never reach
- * (they returned) is reported as a launch failure: on a GPU that is undefined behaviour. */
+ * (they returned) is reported as a launch failure: on a GPU that is undefined behaviour. More than 48 KiB of
+ * dynamic shared memory needs cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
+ * first, as on a GPU. */
 #ifndef MTF_CUDA_EMU_LAUNCH_H
 #define MTF_CUDA_EMU_LAUNCH_H
 
@@ -15,7 +17,7 @@
  * records for cudaGetLastError. */
 cudaError_t mtf_emu_run_grid(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream, void (*body)(void *),
                              void *closure);
-/* The launch's dynamic shared memory (shared_bytes of it, 16-byte aligned, 0xff bytes at each launch). */
+/* The launch's dynamic shared memory (shared_bytes of it, 128-byte aligned, 0xff bytes at each launch). */
 void *mtf_emu_dynamic_shared(void);
 
 template <typename... P> struct mtf_emu_closure {
@@ -32,6 +34,7 @@ template <typename... P, typename... A>
 inline void mtf_emu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                            A &&...args) {
   static_assert(sizeof...(P) == sizeof...(A), "MTF_LAUNCH: the kernel's parameter count differs from the arguments'");
+  if (mtf_emu_check_dynamic_shared((const void *)kernel, shared_bytes) != cudaSuccess) return;
   mtf_emu_closure<P...> closure{kernel, std::tuple<P...>(static_cast<P>(std::forward<A>(args))...)};
   mtf_emu_run_grid(grid, block, shared_bytes, stream, &mtf_emu_closure<P...>::run, &closure);
 }
