@@ -190,6 +190,12 @@ static mtf_tensor c_attention_bidirectional_67(ARGS) { return attention_general(
 static mtf_tensor c_attention_bidirectional_131(ARGS) { return attention_general(g, v, in, n_in, 0, "q:131", 0.3f, 0); }
 /* Grouped key/value heads: q [.., k:2, g:2, ..] reads k and v [.., k:2, ..], shared by the g query heads. */
 static mtf_tensor c_attention_grouped(ARGS) { return attention_general(g, v, in, n_in, 1, NULL, 0.3f, 1); }
+/* Depths the tensor-core kernels take (cuda under bf16: multiples of 16 up to 128), over 40 and 70 positions
+ * (their tiles of 32 rows, the last partial). */
+static mtf_tensor c_attention_tc_causal(ARGS) { return attention_general(g, v, in, n_in, 1, "h:2,q:40", 0.3f, 1); }
+static mtf_tensor c_attention_tc_bidirectional(ARGS) { return attention_general(g, v, in, n_in, 1, "q:40", 0.0f, 0); }
+static mtf_tensor c_attention_tc_grouped(ARGS) { return attention_general(g, v, in, n_in, 1, NULL, 0.3f, 1); }
+static mtf_tensor c_attention_tc_plain(ARGS) { return attention_general(g, v, in, n_in, 0, NULL, 0.0f, 1); }
 static mtf_tensor c_attention_bias(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.0f); }
 static mtf_tensor c_attention_bias_dropout(ARGS) { return attention_masked(g, v, in, n_in, 1, NULL, 0.3f); }
 static mtf_tensor c_attention_segments(ARGS) { return attention_masked(g, v, in, n_in, 0, "a:2,q:6", 0.0f); }
@@ -495,6 +501,14 @@ static const op_case cases[] = {
 static const op_case bf16_cases[] = {
     /* 8 problems of 131 rows: the bf16 attention's groups (mtf_attention_bf16_group) of 7, then a partial 1 */
     {"causal attention, 2 row blocks, 8 problems", {"a:8,q:131,e:3", "a:8,m:131,e:3", "a:8,m:131,e:3"}, c_attention},
+    {"attention d_kv 64, causal, bias per head, segments, dropout", {"h:2,q:40,e:64", "m:40,h:2,e:64", "m:40,h:2,e:64",
+     "h:2,q:40,m:40"}, c_attention_tc_causal},
+    {"attention d_kv 128, bidirectional, bias, segments", {"q:40,e:128", "m:40,e:128", "m:40,e:128", "q:40,m:40"},
+     c_attention_tc_bidirectional},
+    {"attention d_kv 64, grouped heads, bias, dropout", {"k:2,q:40,g:2,e:64", "m:40,k:2,e:64", "m:40,k:2,e:64",
+     "g:2,q:40,m:40"}, c_attention_tc_grouped},
+    {"attention d_kv 128, causal, 70 positions", {"q:70,e:128,a:2", "a:2,m:70,e:128", "a:2,m:70,e:128"},
+     c_attention_tc_plain},
 };
 
 static const op_case forward_only_cases[] = {

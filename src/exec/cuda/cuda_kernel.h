@@ -49,9 +49,9 @@ extern "C" {
 #define MTF_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
   kernel<<<(grid), (block), (shared_bytes), (stream)>>>(__VA_ARGS__)
 /* One extern array of bytes for every kernel of a translation unit (extern __shared__ arrays of different
- * types under one name would clash), viewed as `type`; 16-byte aligned for float4 and double. */
+ * types under one name would clash), viewed as `type`; 128-byte aligned: float4, double, and wmma tiles (32 bytes). */
 #define MTF_DYNAMIC_SHARED(type, name)                                  \
-  extern __shared__ __align__(16) unsigned char mtf_dynamic_shared_[]; \
+  extern __shared__ __align__(128) unsigned char mtf_dynamic_shared_[]; \
   type *name = reinterpret_cast<type *>(mtf_dynamic_shared_)
 #endif
 

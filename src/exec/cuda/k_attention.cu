@@ -29,36 +29,14 @@
  * pass over the memory tiles there (twice the score products); delta stays from the fp32 dO, and sums stay
  * fp32 (the tiles are CUDA-core products, not tensor cores yet). */
 #include "core/bf16.h"
-#include "exec/cuda/k_common.h"
+#include "exec/cuda/k_attention.h"
 #include "exec/cuda/k_kernels.h"
-
-extern "C" {
-#include "ops/attention.h"
-}
 
 MTF_CUDA_BEGIN
 
 #define MAX_TILE 32
 #define SHARED_LIMIT (48 * 1024)
 
-/* ops/attention.h's view, as a kernel argument. */
-typedef struct att_view {
-  int64_t batch_stride[MTF_MAX_RANK];
-  int64_t pos, depth, offset;
-} att_view;
-
-/* One step's attention problems: geometry, dropout mask, scale, the optional bias and segment ids. */
-typedef struct att_problem {
-  int batch_rank;
-  int64_t batch_size[MTF_MAX_RANK], mask_global[MTF_MAX_RANK], mask_offset[MTF_MAX_RANK];
-  int64_t count, L, D, tiles;
-  int T, dropout, bf16, causal;
-  int q_bf16, k_bf16, v_bf16; /* q, k, v bf16-stored (step in_dtype, lower/storage.c) */
-  uint64_t seed, key;
-  float keep, drop_scale, scale;
-  const float *bias, *segments; /* float32 always (attention_reads_bf16); NULL where the op has none */
-  att_view vb, vs;              /* mtf_attention_bias_view, mtf_attention_segments_view */
-} att_problem;
 
 static att_view att_view_of(const mtf_attention_view &v) {
   att_view a;
@@ -135,53 +113,6 @@ static int problem_of(mtf_backend *b, const mtf_step *st, const mtf_kernel_args 
     p->vs = att_view_of(mtf_attention_segments_view(geo, &st->in_shape[in->segments], pa->attention.dim));
   }
   return MTF_OK;
-}
-
-/* Offset of problem b's (position 0, feature 0) in a view (mtf_attention_base). */
-__device__ inline int64_t view_base(const att_problem &p, const att_view &v, int64_t b) {
-  int64_t offset = v.offset;
-  for (int d = p.batch_rank - 1; d >= 0; d--) {
-    offset += (b % p.batch_size[d]) * v.batch_stride[d];
-    b /= p.batch_size[d];
-  }
-  return offset;
-}
-
-/* The first mask counter of problem b (mtf_attention_mask_base). */
-__device__ inline uint64_t mask_base(const att_problem &p, int64_t b) {
-  int64_t index = 0, stride = 1;
-  for (int d = p.batch_rank - 1; d >= 0; d--) {
-    index += (b % p.batch_size[d] + p.mask_offset[d]) * stride;
-    b /= p.batch_size[d];
-    stride *= p.mask_global[d];
-  }
-  return (uint64_t)(index * p.L * p.L);
-}
-
-/* The dropout factor of weight (i, j): 1 / keep or 0. */
-__device__ inline float drop_factor(const att_problem &p, uint64_t base, int64_t i, int64_t j) {
-  return mtf_uniform01(p.seed, p.key, base + (uint64_t)(i * p.L + j)) < (double)p.keep ? p.drop_scale : 0.0f;
-}
-
-/* Problem b's part of an optional input (x + its base in view v), NULL where absent. */
-__device__ inline const float *extra_of(const att_problem &p, const float *x, const att_view &v, int64_t b) {
-  return x ? x + view_base(p, v, b) : NULL;
-}
-
-/* Scaled score s of the visible pair (i, j) after the bias and the segment mask, in the CPU's order (bias
- * first: a masked pair is MTF_ATTENTION_MASKED whatever its bias). bias, ids: extra_of's. */
-__device__ inline float adjust(const att_problem &p, const float *bias, const float *ids, int64_t i, int64_t j,
-                               float s) {
-  if (bias) s += bias[i * p.vb.pos + j * p.vb.depth];
-  if (ids && ids[i * p.vs.pos] != ids[j * p.vs.pos]) s = MTF_ATTENTION_MASKED;
-  return s;
-}
-
-/* Whether query row i sees memory row j (causal: j <= i), and how many of the nk memory rows from j0 it sees. */
-__device__ inline bool sees(const att_problem &p, int64_t i, int64_t j) { return !p.causal || j <= i; }
-__device__ inline int64_t seen(const att_problem &p, int64_t i, int64_t j0, int64_t nk) {
-  int64_t n = mtf_attention_visible(p.causal, i, p.L) - j0;
-  return n < nk ? n : nk;
 }
 
 /* A product operand: rounded to bfloat16 under the bf16 policy. */
@@ -279,6 +210,7 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   att_view vq = view_of(&geo, &st->in_shape[0], qd, dd, NULL, 0), vk = view_of(&geo, &st->in_shape[1], md, dd, NULL, 0);
   att_view vo = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 0);
   att_view vl = view_of(&geo, &st->out_shape, qd, dd, MTF_ATTENTION_STACK, 1);
+  if (mtf_cuda_attention_tc_fits(&p)) return mtf_cuda_attention_tc(b, &p, vq, vk, vo, vl, a);
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
   MTF_LAUNCH(k_attention_kernel, k_row_blocks(units), K_THREADS, forward_bytes(p.T, p.D), K_STREAM(b), p, vq, vk, vo,
@@ -288,9 +220,6 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 
 /* ---- backward: in q, k, v [, bias] [, segments], F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv], or
  * (out NULL) dbias, the bias's gradient; either zeroed first ---- */
-typedef struct att_grad_views {
-  att_view q, k, o, lse, dO, dlse, dq, dk, dv;
-} att_grad_views;
 
 __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
                                         const float *F, const float *dF, float *out, float *dbias) {
@@ -395,11 +324,12 @@ static int k_attention_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel
   }
   rc = mtf_cuda_k_fill(b, (float *)a->out, 0.0f, mtf_shape_num_elements(&st->out_shape));
   if (rc != MTF_OK) return rc;
+  const float *F = (const float *)a->in[in.forward], *dF = (const float *)a->in[in.forward_grad];
+  if (mtf_cuda_attention_tc_fits(&p)) return mtf_cuda_attention_grad_tc(b, &p, &w, F, dF, bias_grad, a);
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
   MTF_LAUNCH(k_attention_grad_kernel, k_row_blocks(units), K_THREADS, backward_bytes(p.T, p.D), K_STREAM(b), p, w,
-             a->in[0], a->in[1], a->in[2], (const float *)a->in[in.forward], (const float *)a->in[in.forward_grad],
-             bias_grad ? NULL : (float *)a->out, bias_grad ? (float *)a->out : NULL);
+             a->in[0], a->in[1], a->in[2], F, dF, bias_grad ? NULL : (float *)a->out, bias_grad ? (float *)a->out : NULL);
   K_DONE(b, bias_grad ? "attention_bias_grad" : "attention_grad");
 }
 
