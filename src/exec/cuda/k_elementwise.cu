@@ -60,7 +60,16 @@ __device__ inline float k_binary_value(int kind, float u, float v) {
 
 /* ---- kernels ----
  * In place (an output that is also an input) is allowed where a kernel reads element e before writing it, as
- * these do; the vec4 forms read their four elements before writing them too. */
+ * these do; the vec4 forms read their four elements before writing them too.
+ * Kernels that walk operands by index are templates on the index type I: uint32_t when the output has fewer
+ * than 2^31 elements (K_INDEXED picks it; every operand is then smaller too), so that the divisions of the
+ * walk are 32-bit ones, a few instructions instead of tens; int64_t beyond. */
+#define K_INDEXED(kernel, n) ((n) < ((int64_t)1 << 31) ? kernel<uint32_t> : kernel<int64_t>)
+#define K_INDEX_LOOP(I, e, n) for (I e = (I)blockIdx.x * blockDim.x + threadIdx.x; e < (I)(n); e += (I)blockDim.x * gridDim.x)
+
+/* Operand k's offset of element e in the index type of e. */
+__device__ inline int64_t k_offset(const k_walk &w, int k, int64_t e) { return k_walk_offset(w, k, e); }
+__device__ inline uint32_t k_offset(const k_walk &w, int k, uint32_t e) { return k_walk_offset32(w, k, e); }
 
 __global__ void k_fill_kernel(float value, int64_t n, float *out) {
   MTF_GRID_STRIDE(i, n) out[i] = value;
@@ -70,20 +79,16 @@ __global__ void k_range_kernel(int64_t start, int64_t n, float *out) {
   MTF_GRID_STRIDE(i, n) out[i] = (float)(start + i);
 }
 
-__global__ void k_broadcast_kernel(k_walk w, int64_t n, const float *in, float *out) {
-  MTF_GRID_STRIDE(e, n) out[e] = in[k_walk_offset(w, 0, e)];
+template <typename I> __global__ void k_broadcast_kernel(k_walk w, int64_t n, const float *in, float *out) {
+  K_INDEX_LOOP(I, e, n) out[e] = in[k_offset(w, 0, e)];
 }
 
 /* out_bf16 / in_bf16: a bf16-stored output or argument (lower/storage.c), fp32 math either way. The general
  * walk (64-bit index arithmetic, any size) and, chosen by k_binary, its cheaper forms: a walk in 32-bit
  * arithmetic below 2^31 elements, operands laid out as the output (no walk), and those four floats at a time. */
+template <typename I>
 __global__ void k_binary_kernel(k_walk w, int64_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
-  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, k_binary_value(kind, x[k_walk_offset(w, 0, e)], y[k_walk_offset(w, 1, e)]));
-}
-
-__global__ void k_binary_kernel32(k_walk w, uint32_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
-  for (uint32_t e = blockIdx.x * blockDim.x + threadIdx.x; e < n; e += blockDim.x * gridDim.x)
-    k_store(out, out_bf16, e, k_binary_value(kind, x[k_walk_offset32(w, 0, e)], y[k_walk_offset32(w, 1, e)]));
+  K_INDEX_LOOP(I, e, n) k_store(out, out_bf16, e, k_binary_value(kind, x[k_offset(w, 0, e)], y[k_offset(w, 1, e)]));
 }
 
 __global__ void k_binary_flat_kernel(int64_t n, int kind, const float *x, const float *y, void *out, int out_bf16) {
@@ -114,15 +119,16 @@ __global__ void k_unary_vec4_kernel(int64_t n4, int kind, float alpha, float bet
 
 /* out[e] = 1 where the id at e (the input has every output dim but the one-hot dim) is that dim's global
  * index of e. */
+template <typename I>
 __global__ void k_one_hot_kernel(k_walk w, int64_t n, int dim_index, int64_t dim_offset, const void *ids, int is_i32,
                                  float *out) {
-  MTF_GRID_STRIDE(e, n) {
-    int64_t rest = e, position = 0;
+  K_INDEX_LOOP(I, e, n) {
+    I rest = e, position = 0;
     for (int d = w.rank - 1; d >= 0; d--) {
-      if (d == dim_index) position = rest % w.dims[d];
-      rest /= w.dims[d];
+      if (d == dim_index) position = rest % (I)w.dims[d];
+      rest /= (I)w.dims[d];
     }
-    out[e] = k_index(ids, is_i32, k_walk_offset(w, 0, e)) == dim_offset + position ? 1.0f : 0.0f;
+    out[e] = k_index(ids, is_i32, k_offset(w, 0, e)) == dim_offset + (int64_t)position ? 1.0f : 0.0f;
   }
 }
 
@@ -132,28 +138,32 @@ typedef struct k_random_extent {
   int64_t offsets[MTF_MAX_RANK];
 } k_random_extent;
 
+template <typename I>
 __global__ void k_random_keep_kernel(k_walk w, k_random_extent x, int64_t n, uint64_t seed, uint64_t key, double keep,
                                      float *out) {
-  MTF_GRID_STRIDE(e, n) {
-    int64_t rest = e, global = 0;
+  K_INDEX_LOOP(I, e, n) {
+    I rest = e;
+    int64_t global = 0; /* the whole tensor's index: 64-bit even when the slice's is not */
     for (int d = w.rank - 1; d >= 0; d--) {
-      global += (rest % w.dims[d] + x.offsets[d]) * w.strides[0][d];
-      rest /= w.dims[d];
+      global += ((int64_t)(rest % (I)w.dims[d]) + x.offsets[d]) * w.strides[0][d];
+      rest /= (I)w.dims[d];
     }
     out[e] = mtf_uniform01(seed, key, (uint64_t)global) < keep ? 1.0f : 0.0f;
   }
 }
 
+template <typename I>
 __global__ void k_masked_fill_kernel(k_walk w, int64_t n, const float *x, const float *mask, float fill, float *out) {
-  MTF_GRID_STRIDE(e, n) out[e] = mask[k_walk_offset(w, 1, e)] != 0.0f ? x[k_walk_offset(w, 0, e)] : fill;
+  K_INDEX_LOOP(I, e, n) out[e] = mask[k_offset(w, 1, e)] != 0.0f ? x[k_offset(w, 0, e)] : fill;
 }
 
+template <typename I>
 __global__ void k_where_kernel(k_walk w, int64_t n, const void *cond, int cond_i32, const float *a, const float *b,
                                float *out) {
-  MTF_GRID_STRIDE(e, n) {
-    int64_t c = k_walk_offset(w, 0, e);
+  K_INDEX_LOOP(I, e, n) {
+    I c = k_offset(w, 0, e);
     int take_a = cond_i32 ? ((const int32_t *)cond)[c] != 0 : ((const float *)cond)[c] != 0.0f;
-    out[e] = take_a ? a[k_walk_offset(w, 1, e)] : b[k_walk_offset(w, 2, e)];
+    out[e] = take_a ? a[k_offset(w, 1, e)] : b[k_offset(w, 2, e)];
   }
 }
 
@@ -162,9 +172,11 @@ __global__ void k_to_float_kernel(int64_t n, const void *in, int is_i32, float *
 }
 
 /* [outer, size, inner] -> [outer, inner] at `index` of the middle dim. */
+template <typename I>
 __global__ void k_take_kernel(int64_t n, int64_t inner, int64_t size, int64_t index, const float *in, void *out,
                               int out_bf16) {
-  MTF_GRID_STRIDE(e, n) k_store(out, out_bf16, e, in[((e / inner) * size + index) * inner + e % inner]);
+  const I inner_i = (I)inner; /* the input is size times larger than n: the I range holds only the division */
+  K_INDEX_LOOP(I, e, n) k_store(out, out_bf16, e, in[((int64_t)(e / inner_i) * size + index) * inner + (int64_t)(e % inner_i)]);
 }
 
 __global__ void k_to_bf16_kernel(int64_t n, const float *in, mtf_bf16 *out) {
@@ -199,7 +211,8 @@ static int k_broadcast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   k_walk w = k_walk_make(&st->out_shape, 1, ops);
   k_walk_coalesce(&w, 1);
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_broadcast_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (const float *)a->in[0],
+  MTF_LAUNCH(K_INDEXED(k_broadcast_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b),
+             w, n, (const float *)a->in[0],
              (float *)a->out);
   K_DONE(b, "broadcast");
 }
@@ -218,12 +231,9 @@ static int k_binary(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a
     else
       MTF_LAUNCH(k_binary_flat_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, kind, x, y, a->out,
                  out_bf16);
-  } else if (n < ((int64_t)1 << 31)) {
-    MTF_LAUNCH(k_binary_kernel32, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, (uint32_t)n, kind, x, y,
-               a->out, out_bf16);
   } else {
-    MTF_LAUNCH(k_binary_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, kind, x, y, a->out,
-               out_bf16);
+    MTF_LAUNCH(K_INDEXED(k_binary_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, kind, x,
+               y, a->out, out_bf16);
   }
   K_DONE(b, "binary");
 }
@@ -245,7 +255,8 @@ static int k_one_hot(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
   k_walk w = k_walk_make(&st->out_shape, 1, ops);
   int64_t n = count_of(&st->out_shape);
   int d = mtf_shape_index_of(&st->out_shape, st->params.along.dim);
-  MTF_LAUNCH(k_one_hot_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, d, st->dim_offset, a->in[0],
+  MTF_LAUNCH(K_INDEXED(k_one_hot_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b),
+             w, n, d, st->dim_offset, a->in[0],
              (int)(st->in_dtype[0] == MTF_I32), (float *)a->out);
   K_DONE(b, "one_hot");
 }
@@ -266,7 +277,8 @@ static int k_random_keep(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
     x.offsets[d] = offsets[d];
   }
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_random_keep_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, x, n, st->seed,
+  MTF_LAUNCH(K_INDEXED(k_random_keep_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b),
+             w, x, n, st->seed,
              mtf_run_key(st->params.random.key, a->random_offset), (double)st->params.random.keep, (float *)a->out);
   K_DONE(b, "random_keep");
 }
@@ -276,7 +288,8 @@ static int k_masked_fill(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   k_walk w = k_walk_make(&st->out_shape, 2, ops);
   k_walk_coalesce(&w, 2);
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_masked_fill_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, (const float *)a->in[0],
+  MTF_LAUNCH(K_INDEXED(k_masked_fill_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b),
+             w, n, (const float *)a->in[0],
              (const float *)a->in[1], st->params.fill.value, (float *)a->out);
   K_DONE(b, "masked_fill");
 }
@@ -286,7 +299,7 @@ static int k_where(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a)
   k_walk w = k_walk_make(&st->out_shape, 3, ops);
   k_walk_coalesce(&w, 3);
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_where_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, a->in[0],
+  MTF_LAUNCH(K_INDEXED(k_where_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n, a->in[0],
              (int)(st->in_dtype[0] == MTF_I32), (const float *)a->in[1], (const float *)a->in[2], (float *)a->out);
   K_DONE(b, "where");
 }
@@ -305,7 +318,8 @@ static int k_take(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
   int64_t inner = 1;
   for (int i = d + 1; i < x->rank; i++) inner *= x->dims[i].size;
   int64_t n = count_of(&st->out_shape);
-  MTF_LAUNCH(k_take_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), n, inner, x->dims[d].size,
+  MTF_LAUNCH(K_INDEXED(k_take_kernel, n), mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b),
+             n, inner, x->dims[d].size,
              (int64_t)st->params.take.index, (const float *)a->in[0], a->out, k_out_bf16(st));
   K_DONE(b, "take");
 }
