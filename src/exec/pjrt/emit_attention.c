@@ -1,16 +1,27 @@
-/* StableHLO for fused causal attention and its gradient (exec/cpu/attention.c, ops/attention.c): the
- * unfused formula over [batch, query, memory] scores, which XLA fuses (no tiling here). The causal mask is
- * j <= i; dropout of the weights is ops/attention.h's mask from global indices, weight (i, j) of problem b
- * kept when mtf_uniform01(seed, key, base(b) + i L + j) < keep, hashed with the CPU's counter-based RNG in
- * u64 ops (emit_ops.c's e_uniform01), so the masks are the CPU's. The gradient recomputes the forward
- * pass from q, k, v as the reference does: dS = P (R dO.v - dO.o + dlse), dq = scale dS k,
- * dk = scale dS^T q, dv = (P R)^T dO. Outputs are stacked along _attn (o, logsumexp along depth) and
- * _attn_grad (dq, dk, dv by position). Under the bf16 policy (params.attention.bf16) the products' operands are
- * rounded to bfloat16 where the reference (ops/attention.c) and the cpu and cuda kernels round them: q, k, v, the
- * weights P R, dO, and scale dS (which the products below then take unscaled); sums and softmax stay f32/f64. */
+/* StableHLO for fused attention and its gradients (exec/cpu/attention.c, ops/attention.c): the unfused
+ * formula over [batch, query, memory] scores, which XLA fuses (no tiling here). The causal mask
+ * (params.attention.causal) is j <= i. k and v are broadcast along q's dims they lack (grouped key/value
+ * heads), so dk and dv come out per query problem, as the op's output holds them (the graph sums them).
+ * Dropout of the weights is ops/attention.h's mask from global indices, weight (i, j) of problem b kept when
+ * mtf_uniform01(seed, key, base(b) + i L + j) < keep, hashed with the CPU's counter-based RNG in u64 ops
+ * (emit_ops.c's e_uniform01), so the masks are the CPU's. The optional bias and segment ids
+ * (mtf_attention_inputs_of: after q, k, v) adjust the scaled scores before the causal mask, as the
+ * reference's ref_adjust: + bias (broadcast over the batch dims it lacks), then MTF_ATTENTION_MASKED, not
+ * -inf, where the query's and the memory's ids differ, so every row keeps a finite max (its diagonal) and
+ * those pairs get the weight exp(-1e9 - lse) = 0 as the general path's masked_fill gives them. The gradient
+ * recomputes the forward pass from q, k, v as the reference does: dS = P (R dO.v - dO.o + dlse), dq =
+ * scale dS k, dk = scale dS^T q, dv = (P R)^T dO; the bias gradient is that raw dS, summed over the batch
+ * dims the bias lacks (each rank over its own problems: the lowering marks the sum pending over the axes
+ * splitting them). Outputs are stacked along _attn (o, logsumexp along depth) and _attn_grad (dq, dk, dv by
+ * position). Under the bf16 policy (params.attention.bf16) the products' operands are rounded to bfloat16
+ * where the reference (ops/attention.c) and the cpu and cuda kernels round them: q, k, v, the weights P R,
+ * dO, and scale dS (which the products below then take unscaled); sums and softmax stay f32/f64, and the
+ * bias gradient's dS is not rounded (it is no product's operand there). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "exec/backend.h"
 #include "exec/pjrt/emit_internal.h"
 #include "ops/attention.h"
 
@@ -19,7 +30,9 @@ typedef struct att {
   int nb;            /* batch.rank */
   int64_t L, D;
   mtf_shape qn, kn;  /* [batch, query, depth] and [batch, memory, depth] */
+  mtf_shape sn;      /* the scores' [batch, query, memory] */
   const char *qd, *md, *dd;
+  mtf_attention_inputs in;
 } att;
 
 static void att_make(const mtf_step *st, att *a) {
@@ -40,6 +53,10 @@ static void att_make(const mtf_step *st, att *a) {
   a->kn = a->batch;
   mtf_shape_append(&a->kn, a->md, a->L, NULL);
   mtf_shape_append(&a->kn, a->dd, a->D, NULL);
+  a->sn = a->batch;
+  mtf_shape_append(&a->sn, a->qd, a->L, NULL);
+  mtf_shape_append(&a->sn, a->md, a->L, NULL);
+  a->in = mtf_attention_inputs_of(p->attention.bias, p->attention.segments, st->op != MTF_OP_ATTENTION);
 }
 
 /* dot_general of [batch, x, y] operands over the batch dims, contracting lhs dim nb + cl with rhs dim
@@ -63,7 +80,8 @@ static int dropout_factors(h_emitter *E, const mtf_step *st, const att *a) {
   h_shape s = {a->nb + 2, {0}};
   for (int i = 0; i < a->nb; i++) s.d[i] = a->batch.dims[i].size;
   s.d[a->nb] = s.d[a->nb + 1] = a->L;
-  const mtf_shape *os = &st->out_shape;
+  /* the bias gradient's output lacks the bias's missing batch dims: its step's offsets are q's */
+  const mtf_shape *os = mtf_random_extent_shape(st);
   const h_shape scalar = {0, {0}};
   int micro_dim = E->options.microbatches > 1 && E->options.microbatch_dim
                       ? mtf_shape_index_of(os, E->options.microbatch_dim) : -1;
@@ -94,14 +112,30 @@ static int dropout_factors(h_emitter *E, const mtf_step *st, const att *a) {
   return h_select(E, kept, h_splat(E, 1.0f / keep, H_F32, s), h_splat(E, 0.0, H_F32, s));
 }
 
-/* P [batch, L, L] (zero above the diagonal) and lse [batch, L] of q, k. */
+/* ref_adjust on the scaled scores S [batch, L, L], in its order: the segment mask overrides the bias. */
+static int adjust(h_emitter *E, const mtf_step *st, const att *a, int S) {
+  if (a->in.bias >= 0)
+    S = h_binop(E, "add", S, n_to(E, e_input(E, st, a->in.bias), &st->in_shape[a->in.bias], &a->sn));
+  if (a->in.segments >= 0) {
+    const mtf_shape *query = &st->in_shape[a->in.segments];
+    mtf_shape memory = *query; /* the same ids along the memory dim: self-attention */
+    snprintf(memory.dims[mtf_shape_index_of(query, a->qd)].name, MTF_NAME_MAX, "%s", a->md);
+    int ids = e_input(E, st, a->in.segments);
+    int differ = h_compare(E, "NE", n_to(E, ids, query, &a->sn), n_to(E, ids, &memory, &a->sn));
+    S = h_select(E, differ, h_splat(E, MTF_ATTENTION_MASKED, H_F32, h_t(E, S)->s), S);
+  }
+  return S;
+}
+
+/* P [batch, L, L] (causal: zero above the diagonal) and lse [batch, L] of q, k. */
 static void probabilities(h_emitter *E, const mtf_step *st, const att *a, int Q, int K, int *P, int *lse) {
   int S = bdot(E, a, Q, K, 1, 1);
-  h_shape s = h_t(E, S)->s, rows = {a->nb + 1, {0}};
-  for (int i = 0; i <= a->nb; i++) rows.d[i] = s.d[i];
-  S = h_binop(E, "multiply", S, h_splat(E, st->params.attention.scale, H_F32, s));
-  int causal = h_compare(E, "LE", h_iota(E, s, a->nb + 1, H_S64), h_iota(E, s, a->nb, H_S64));
-  S = h_select(E, causal, S, h_splat(E, -INFINITY, H_F32, s));
+  h_shape s = h_t(E, S)->s;
+  S = adjust(E, st, a, h_binop(E, "multiply", S, h_splat(E, st->params.attention.scale, H_F32, s)));
+  if (st->params.attention.causal) {
+    int visible = h_compare(E, "LE", h_iota(E, s, a->nb + 1, H_S64), h_iota(E, s, a->nb, H_S64));
+    S = h_select(E, visible, S, h_splat(E, -INFINITY, H_F32, s));
+  }
   int max = h_reduce(E, S, 1u << (a->nb + 1), "maximum", -INFINITY);
   int dims[MTF_MAX_RANK];
   for (int i = 0; i <= a->nb; i++) dims[i] = i;
@@ -111,7 +145,6 @@ static void probabilities(h_emitter *E, const mtf_step *st, const att *a, int Q,
   int l = h_binop(E, "add", max64, h_unop(E, "log", sum));
   *lse = h_convert(E, l, H_F32);
   *P = h_convert(E, h_unop(E, "exponential", h_binop(E, "subtract", S64, h_broadcast_in_dim(E, l, s, dims))), H_F32);
-  (void)rows;
 }
 
 /* Stacked parts [batch, L, D] each -> [stack: n, batch, L, D] named, to the step's output. */
@@ -126,6 +159,7 @@ static void out_stacked(h_emitter *E, const mtf_step *st, const att *a, const ch
   e_output(E, st, n_to(E, h_concatenate(E, r, n, 0), &named, &st->out_shape));
 }
 
+/* grad: 0 the forward op, 1 attention_grad, 2 attention_bias_grad. */
 static int attention(h_emitter *E, const mtf_step *st, int grad) {
   att a;
   att_make(st, &a);
@@ -151,7 +185,7 @@ static int attention(h_emitter *E, const mtf_step *st, int grad) {
   mtf_shape fn = {0};
   mtf_shape_append(&fn, MTF_ATTENTION_STACK, 2, NULL);
   for (int i = 0; i < a.qn.rank; i++) fn.dims[fn.rank++] = a.qn.dims[i];
-  int dF = n_to(E, e_input(E, st, 4), &st->in_shape[4], &fn);
+  int dF = n_to(E, e_input(E, st, a.in.forward_grad), &st->in_shape[a.in.forward_grad], &fn);
   h_shape fs = h_t(E, dF)->s;
   int64_t s0[MTF_MAX_RANK] = {0}, l0[MTF_MAX_RANK], s1[MTF_MAX_RANK] = {1}, l1[MTF_MAX_RANK];
   for (int i = 0; i < fs.rank; i++) l0[i] = l1[i] = fs.d[i];
@@ -165,6 +199,10 @@ static int attention(h_emitter *E, const mtf_step *st, int grad) {
   if (dropout) dp = h_binop(E, "multiply", dp, R);
   int shift = h_broadcast_in_dim(E, h_binop(E, "subtract", dlse, delta), ss, dims);
   int dS = h_binop(E, "multiply", P, h_binop(E, "add", dp, shift));
+  if (grad == 2) {
+    e_output(E, st, n_reduce(E, dS, &a.sn, &st->out_shape, "add", 0.0));
+    return MTF_OK;
+  }
   int dq, dk;
   if (bf16) { /* scale dS rounded once, as the kernels' operand */
     dS = operand(E, h_binop(E, "multiply", h_splat(E, st->params.attention.scale, H_F32, ss), dS), 1);
@@ -186,6 +224,7 @@ int e_kernel_attention(h_emitter *E, const mtf_step *st, int *handled) {
   switch (st->op) {
     case MTF_OP_ATTENTION: return attention(E, st, 0);
     case MTF_OP_ATTENTION_GRAD: return attention(E, st, 1);
+    case MTF_OP_ATTENTION_BIAS_GRAD: return attention(E, st, 2);
     default: *handled = 0; return MTF_OK;
   }
 }
