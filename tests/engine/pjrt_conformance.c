@@ -483,6 +483,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(rt, &cases[i], 0, &mesh, NULL);
+  for (size_t i = 0; bf16_mode && i < sizeof bf16_cases / sizeof bf16_cases[0]; i++) run_case(rt, &bf16_cases[i], 0, &mesh, NULL);
   for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
     run_case(rt, &forward_only_cases[i], 1, &mesh, NULL);
   for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
