@@ -175,6 +175,14 @@ mtf_tensor mtf_dropout(mtf_graph *g, mtf_tensor x, float rate, uint64_t key);
  * when decay is MTF_NO_TENSOR, the constant beta. */
 mtf_tensor mtf_moving_average(mtf_graph *g, mtf_tensor old, mtf_tensor x, mtf_tensor decay, float beta, int power,
                               float add);
+/* Adafactor's update of w by its gradient g scaled per element by factors a and b (b may be MTF_NO_TENSOR),
+ * tensors of some of w's dims broadcast by name (its row and column factors rsqrt(vr / mean vr), rsqrt(vc),
+ * or one factor rsqrt(v) of w's shape): w - step_size g a b, step_size a scalar tensor; and the sum of the
+ * squares of that update's elements, g a b, without the update itself (partial over the axes splitting g,
+ * summed where it is used), for the update's RMS that clipping divides by. */
+mtf_tensor mtf_adafactor_update(mtf_graph *g, mtf_tensor w, mtf_tensor grad, mtf_tensor step_size, mtf_tensor a,
+                                mtf_tensor b);
+mtf_tensor mtf_adafactor_squares(mtf_graph *g, mtf_tensor grad, mtf_tensor a, mtf_tensor b);
 /* AdamW: w - lr * ((m / c1) / (sqrt(v / c2) + epsilon) + weight_decay * w) with c = 1 - beta^step (1 for beta
  * 0); m, v of w's shape (the moments already updated), lr and step scalar tensors. */
 mtf_tensor mtf_adam_update(mtf_graph *g, mtf_tensor w, mtf_tensor m, mtf_tensor v, mtf_tensor lr, mtf_tensor step,

@@ -44,6 +44,8 @@ typedef enum mtf_op_kind {
   MTF_OP_TAKE,          /* the slice at params.take.index of params.take.dim, without that dim */
   MTF_OP_MOVING_AVERAGE, /* optimizer: d * old + (1 - d) * (x^power + add); no gradient (ops/optimizer_ops.c) */
   MTF_OP_ADAM_UPDATE,   /* optimizer: AdamW's new variable from (w, m, v, lr, step); no gradient */
+  MTF_OP_ADAFACTOR_UPDATE,  /* optimizer: w - step_size g a b from (w, g, step_size, a[, b]), a b broadcast */
+  MTF_OP_ADAFACTOR_SQUARES, /* optimizer: sum of (g a b)^2 from (g, a[, b]): the update's RMS for clipping */
   /* Selection (ops/select.c): MoE routing and sampling. */
   MTF_OP_TOP_K,         /* the k largest along params.top_k.dim, in decreasing order over params.top_k.k_dim */
   MTF_OP_TOP_K_INDICES, /* their int32 positions; argmax when params.top_k.k_dim is "" (dim removed) */

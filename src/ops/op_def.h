@@ -82,6 +82,7 @@ extern const mtf_op_def mtf_op_softmax_grad, mtf_op_log_softmax_grad, mtf_op_lay
     mtf_op_softmax_xent_grad, mtf_op_gelu_grad;
 extern const mtf_op_def mtf_op_attention, mtf_op_attention_grad, mtf_op_attention_bias_grad,
     mtf_op_take; /* ops/attention.c */
+extern const mtf_op_def mtf_op_adafactor_update, mtf_op_adafactor_squares; /* ops/optimizer_ops.c */
 /* ops/optimizer_ops.c */
 extern const mtf_op_def mtf_op_moving_average, mtf_op_adam_update;
 /* ops/select.c */

@@ -7,7 +7,9 @@
  *   w' = adam_update(w, m', v', lr, step)              the variable
  * The moments are their own nodes because they are values of their own (the slots' new contents); the
  * update reads them instead of recomputing them. Adafactor uses moving_average for its second moments (full
- * or factored, decay a scalar tensor of the step) and its first moment.
+ * or factored, decay a scalar tensor of the step) and its first moment, and two ops of its own over the full
+ * variable: adafactor_squares, the sum of the update's squares for its RMS (clipping), read from g and the
+ * factors without writing the update, and adafactor_update, w - step_size g a b in one pass (in place).
  *
  * The learning rate and the step are scalar tensors (fed each run); the constants of the optimizer are
  * parameters. The bias corrections 1 - beta^t are computed in double from the step inside the op, so no
@@ -18,6 +20,7 @@
  * Lowering is local (each rank updates its own slice; the scalar inputs are replicated), with no
  * communication beyond summing a partial gradient first. */
 #include <math.h>
+#include <string.h>
 
 #include "ops/op_def.h"
 #include "ops/optimizer_ops.h"
@@ -137,3 +140,121 @@ static void adam_update_reference(const mtf_ref_args *a) {
 
 const mtf_op_def mtf_op_adam_update = {"adam_update", MTF_DIM_NONE, adam_update_infer, no_gradient, in_place_lower,
                                        adam_update_flops, NULL, adam_update_reference, 0, 0, 0, 0};
+
+/* ---- adafactor_update, adafactor_squares ---- */
+
+mtf_tensor mtf_adafactor_update(mtf_graph *g, mtf_tensor w, mtf_tensor grad, mtf_tensor step_size, mtf_tensor a,
+                                mtf_tensor b) {
+  mtf_op_params p = {0};
+  mtf_tensor in[5] = {w, grad, step_size, a, b};
+  return mtf_graph_add_op(g, MTF_OP_ADAFACTOR_UPDATE, b == MTF_NO_TENSOR ? 4 : 5, in, &p, NULL);
+}
+
+mtf_tensor mtf_adafactor_squares(mtf_graph *g, mtf_tensor grad, mtf_tensor a, mtf_tensor b) {
+  mtf_op_params p = {0};
+  mtf_tensor in[3] = {grad, a, b};
+  return mtf_graph_add_op(g, MTF_OP_ADAFACTOR_SQUARES, b == MTF_NO_TENSOR ? 2 : 3, in, &p, NULL);
+}
+
+/* Input k of n: some of input `of`'s dims at their sizes (a factor broadcast over the others). */
+static int factor_of(mtf_graph *g, const mtf_node *n, int k, int of) {
+  const mtf_shape *f = &g->nodes[n->inputs[k]].shape, *x = &g->nodes[n->inputs[of]].shape;
+  for (int d = 0; d < f->rank; d++) {
+    int j = mtf_shape_index_of(x, f->dims[d].name);
+    if (j >= 0 && x->dims[j].size == f->dims[d].size) continue;
+    char a[MTF_SHAPE_STR_MAX], b[MTF_SHAPE_STR_MAX];
+    mtf_graph_fail(g, MTF_ERR_INVALID, "%s: factor '%s' %s must have only dims of '%s' %s, at their sizes",
+                   mtf_op(n->kind)->name, g->nodes[n->inputs[k]].name, mtf_shape_format(f, a, sizeof a),
+                   g->nodes[n->inputs[of]].name, mtf_shape_format(x, b, sizeof b));
+    return 0;
+  }
+  return 1;
+}
+
+static int adafactor_update_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1) || !same_as_first(g, n, 1) ||
+      !is_scalar(g, n, 2, "the step size") || !factor_of(g, n, 3, 0) || (n->n_inputs == 5 && !factor_of(g, n, 4, 0)))
+    return g->error.code;
+  n->shape = g->nodes[n->inputs[0]].shape;
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+static int adafactor_squares_infer(mtf_graph *g, mtf_node *n) {
+  if (!mtf_op_float_inputs(g, n, 0, n->n_inputs - 1) || !factor_of(g, n, 1, 0) ||
+      (n->n_inputs == 3 && !factor_of(g, n, 2, 0)))
+    return g->error.code;
+  memset(&n->shape, 0, sizeof n->shape);
+  n->dtype = MTF_F32;
+  return MTF_OK;
+}
+
+/* Each rank sums its slice of g: partial over the axes that split g (replicated along the others). */
+static int adafactor_squares_lower(mtf_lowering *lw, int node) {
+  MTF_CHECK(mtf_lower_local(lw, node, 0));
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  const mtf_shape *x = &mtf_lowering_graph(lw)->nodes[n->inputs[0]].shape;
+  mtf_axis_set axes = 0;
+  for (int d = 0; d < x->rank; d++) {
+    int axis = mtf_lowering_split_axis(lw, n->inputs[0], x->dims[d].name);
+    if (axis >= 0) axes |= 1u << axis;
+  }
+  if (axes) mtf_lower_set_pending(lw, node, axes);
+  return MTF_OK;
+}
+
+/* g a b (2 multiplies; 1 with one factor), then times the step size and subtracted, or squared and summed. */
+static int64_t adafactor_flops(const mtf_step *s) {
+  int factors = s->n_in - (s->op == MTF_OP_ADAFACTOR_UPDATE ? 3 : 1);
+  return (factors + 2) * mtf_shape_num_elements(&s->in_shape[0]); /* w or g: the same shape */
+}
+
+/* The CUDA kernel of adafactor_squares sums per block first: MTF_ADAFACTOR_PARTIALS doubles. */
+static int64_t adafactor_squares_scratch(const mtf_step *s) {
+  (void)s;
+  return 2 * MTF_ADAFACTOR_PARTIALS;
+}
+
+/* Element `index` (of g's shape) of g a b. */
+static double adafactor_term(const mtf_ref_args *a, int first, const int64_t *index) {
+  const mtf_shape *x = a->in_shape[first];
+  double u = a->in[first][mtf_ref_offset(x, index, x)];
+  for (int k = first + 1; k < a->n->n_inputs; k++) u *= a->in[k][mtf_ref_offset(x, index, a->in_shape[k])];
+  return u;
+}
+
+static void adafactor_update_reference(const mtf_ref_args *a) {
+  /* the factors are inputs 3 (and 4): shift them next to g for adafactor_term */
+  const mtf_shape *x = a->in_shape[0];
+  double step = a->in[2][0];
+  int64_t index[MTF_MAX_RANK] = {0};
+  if (x->rank == 0) {
+    double u = a->in[1][0] * a->in[3][0] * (a->n->n_inputs == 5 ? a->in[4][0] : 1.0);
+    a->out[0] = a->in[0][0] - step * u;
+    return;
+  }
+  do {
+    int64_t e = mtf_ref_offset(x, index, x);
+    double u = a->in[1][e] * a->in[3][mtf_ref_offset(x, index, a->in_shape[3])];
+    if (a->n->n_inputs == 5) u *= a->in[4][mtf_ref_offset(x, index, a->in_shape[4])];
+    a->out[e] = a->in[0][e] - step * u;
+  } while (mtf_ref_next(x, index));
+}
+
+static void adafactor_squares_reference(const mtf_ref_args *a) {
+  const mtf_shape *x = a->in_shape[0];
+  int64_t index[MTF_MAX_RANK] = {0};
+  double sum = 0;
+  do {
+    double u = adafactor_term(a, 0, index);
+    sum += u * u;
+  } while (x->rank > 0 && mtf_ref_next(x, index));
+  a->out[0] = sum;
+}
+
+const mtf_op_def mtf_op_adafactor_update = {"adafactor_update", MTF_DIM_NONE, adafactor_update_infer, no_gradient,
+                                            in_place_lower, adafactor_flops, NULL, adafactor_update_reference, 0, 0, 0, 0};
+const mtf_op_def mtf_op_adafactor_squares = {"adafactor_squares", MTF_DIM_NONE, adafactor_squares_infer, no_gradient,
+                                             adafactor_squares_lower, adafactor_flops, adafactor_squares_scratch,
+                                             adafactor_squares_reference,
+                                             0, 0, 0, 0};

@@ -6,4 +6,7 @@
  * kernel use this one function, so they agree on it exactly. */
 double mtf_adam_bias_correction(double beta, double step);
 
+/* Blocks of the CUDA kernel of adafactor_squares (its partial sums in the step's scratch). */
+#define MTF_ADAFACTOR_PARTIALS 256
+
 #endif

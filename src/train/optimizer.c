@@ -173,7 +173,7 @@ static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_te
                            mtf_tensor lr, const step_scalars *scalars, mtf_error *err) {
   const mtf_shape shape = *mtf_tensor_shape(g, w);
   mtf_tensor decay = scalars->decay;
-  mtf_tensor update;
+  mtf_tensor row_factor = MTF_NO_TENSOR, col_factor = MTF_NO_TENSOR; /* the update is g row_factor col_factor */
   int row, col;
   if (factored_dims(&shape, cfg->min_dim_size_to_factor, &row, &col)) {
     mtf_shape without_col, without_row, without_both;
@@ -184,36 +184,45 @@ static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_te
     mtf_tensor vr = make_slot(g, w, "adafactor_vr", &without_col, err);
     mtf_tensor vc = vr == MTF_NO_TENSOR ? MTF_NO_TENSOR : make_slot(g, w, "adafactor_vc", &without_row, err);
     if (vc == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-    /* mean(g^2 + epsilon1) = mean(g^2) + epsilon1: the epsilon goes into the moving average's add. */
-    mtf_tensor grad_squared = mtf_square(g, grad);
-    mtf_tensor new_vr = moving_average(g, vr, mtf_reduce_mean(g, grad_squared, &without_col), decay, cfg->epsilon1);
-    mtf_tensor new_vc = moving_average(g, vc, mtf_reduce_mean(g, grad_squared, &without_row), decay, cfg->epsilon1);
+    /* mean(g^2 + epsilon1) = mean(g^2) + epsilon1: the epsilon goes into the moving average's add; the means of
+     * g^2 as contractions of g with itself, one read each and no squared copy. */
+    mtf_tensor row_mean = mtf_scalar_multiply(g, mtf_einsum2(g, grad, grad, &without_col), 1.0f / (float)shape.dims[col].size);
+    mtf_tensor col_mean = mtf_scalar_multiply(g, mtf_einsum2(g, grad, grad, &without_row), 1.0f / (float)shape.dims[row].size);
+    mtf_tensor new_vr = moving_average(g, vr, row_mean, decay, cfg->epsilon1);
+    mtf_tensor new_vc = moving_average(g, vc, col_mean, decay, cfg->epsilon1);
     mtf_assign(g, vr, new_vr);
     mtf_assign(g, vc, new_vc);
-    /* v = vr * vc / mean_row(vr), applied as two rsqrt factors so the update keeps the gradient's dim order. */
-    mtf_tensor row_factor = mtf_rsqrt(g, mtf_divide(g, new_vr, mtf_reduce_mean(g, new_vr, &without_both)));
-    update = mtf_multiply(g, mtf_multiply(g, grad, row_factor), mtf_rsqrt(g, new_vc));
+    /* v = vr * vc / mean_row(vr), applied as two rsqrt factors (small tensors) so the update keeps the
+     * gradient's dim order. */
+    row_factor = mtf_rsqrt(g, mtf_divide(g, new_vr, mtf_reduce_mean(g, new_vr, &without_both)));
+    col_factor = mtf_rsqrt(g, new_vc);
   } else {
     mtf_tensor v = make_slot(g, w, "adafactor_v", &shape, err);
     if (v == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
     mtf_tensor new_v = mtf_moving_average(g, v, grad, decay, 0.0f, 2, cfg->epsilon1); /* of s = g^2 + epsilon1 */
     mtf_assign(g, v, new_v);
-    update = mtf_multiply(g, grad, mtf_rsqrt(g, new_v));
+    row_factor = mtf_rsqrt(g, new_v);
   }
-  /* The clipping and the step size are scalars: combined first, so the update is scaled in one pass. */
+  /* The clipping and the step size are scalars: combined first, so the update u = g row_factor col_factor is
+   * never written: its squares are summed from g (adafactor_squares) and w - step_size u is one pass
+   * (adafactor_update). */
   mtf_tensor step_size = lr;
   if (cfg->multiply_by_parameter_scale)
     step_size = mtf_multiply(g, lr, max_with_constant(g, rms(g, w), cfg->epsilon2));
-  if (cfg->clipping_threshold > 0)
+  if (cfg->clipping_threshold > 0) {
+    double n = (double)mtf_shape_num_elements(&shape);
+    mtf_tensor update_rms =
+        mtf_sqrt(g, mtf_scalar_multiply(g, mtf_adafactor_squares(g, grad, row_factor, col_factor), (float)(1.0 / n)));
     step_size = mtf_divide(
-        g, step_size, max_with_constant(g, mtf_scalar_multiply(g, rms(g, update), 1.0f / cfg->clipping_threshold), 1.0f));
-  mtf_tensor subtrahend = mtf_multiply(g, update, step_size);
-  if (cfg->beta1 > 0) {
-    mtf_tensor m = make_slot(g, w, "adafactor_m", &shape, err);
-    if (m == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
-    subtrahend = mtf_moving_average(g, m, subtrahend, MTF_NO_TENSOR, cfg->beta1, 1, 0.0f);
-    mtf_assign(g, m, subtrahend);
+        g, step_size, max_with_constant(g, mtf_scalar_multiply(g, update_rms, 1.0f / cfg->clipping_threshold), 1.0f));
   }
+  if (cfg->beta1 <= 0) return mtf_assign(g, w, mtf_adafactor_update(g, w, grad, step_size, row_factor, col_factor));
+  mtf_tensor update = mtf_multiply(g, grad, row_factor);
+  if (col_factor != MTF_NO_TENSOR) update = mtf_multiply(g, update, col_factor);
+  mtf_tensor m = make_slot(g, w, "adafactor_m", &shape, err); /* a first moment: the update is a value of its own */
+  if (m == MTF_NO_TENSOR) return err->code ? err->code : mtf_graph_status(g, err);
+  mtf_tensor subtrahend = mtf_moving_average(g, m, mtf_multiply(g, update, step_size), MTF_NO_TENSOR, cfg->beta1, 1, 0.0f);
+  mtf_assign(g, m, subtrahend);
   return mtf_assign(g, w, mtf_subtract(g, w, subtrahend));
 }
 

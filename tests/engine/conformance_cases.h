@@ -348,6 +348,24 @@ static mtf_tensor c_adam_update(ARGS) {
   return mtf_adam_update(g, v[0], v[1], positive(g, v[2]), scalar_of(g, v[1], 0.5f, 0.0f), step, 0.9f, 0.999f, 1e-3f,
                          0.1f);
 }
+/* Adafactor's factors broadcast over w by name (rows, columns; one of w's shape), its step size a scalar. */
+static mtf_tensor c_adafactor_update(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_adafactor_update(g, v[0], v[1], scalar_of(g, v[1], 0.5f, 0.25f), positive(g, v[2]), positive(g, v[3]));
+}
+static mtf_tensor c_adafactor_update_one(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape scalar = {0};
+  return mtf_adafactor_update(g, v[0], v[1], mtf_constant(g, &scalar, 0.3f), positive(g, v[2]), MTF_NO_TENSOR);
+}
+static mtf_tensor c_adafactor_squares(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_adafactor_squares(g, v[0], positive(g, v[1]), positive(g, v[2]));
+}
+static mtf_tensor c_adafactor_squares_one(ARGS) {
+  UNUSED_INPUTS;
+  return mtf_adafactor_squares(g, v[0], positive(g, v[1]), MTF_NO_TENSOR);
+}
 static mtf_tensor c_adam_update_no_beta1(ARGS) {
   UNUSED_INPUTS;
   mtf_shape scalar = {0};
@@ -516,6 +534,11 @@ static const op_case forward_only_cases[] = {
     {"moving_average, decay tensor, squared", {"a:3,c:1,d:4", "a:3,c:1,d:4", "d:4"}, c_moving_average_decay},
     {"adam_update", {"a:3,d:4", "a:3,d:4", "a:3,d:4"}, c_adam_update},
     {"adam_update, beta1 0, step 1", {"d:4,b:5", "d:4,b:5", "d:4,b:5"}, c_adam_update_no_beta1},
+    {"adafactor_update, row and column factors", {"r:4,b:3,c:6", "r:4,b:3,c:6", "r:4,b:3", "b:3,c:6"},
+     c_adafactor_update},
+    {"adafactor_update, one factor", {"a:3,d:4", "a:3,d:4", "a:3,d:4"}, c_adafactor_update_one},
+    {"adafactor_squares, row and column factors", {"r:4,b:3,c:6", "r:4,b:3", "c:6,b:3"}, c_adafactor_squares},
+    {"adafactor_squares, one factor", {"a:4,d:2", "d:2,a:4"}, c_adafactor_squares_one},
     {"write_at", {"a:3,v:6,d:4", "a:3,d:4"}, c_write_at},
     {"write_at, dim in the middle, value transposed", {"a:2,v:6,d:4", "d:4,a:2"}, c_write_at_middle},
 };

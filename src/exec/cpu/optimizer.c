@@ -3,6 +3,7 @@
  * output's local shape (the ops' shape rule), so these are flat loops the compiler can vectorise. */
 #include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
+#include "exec/cpu/strided.h"
 #include "ops/optimizer_ops.h"
 
 /* out = keep old + (1 - keep) (x^power + add) over n elements (out may be old): the one expression of a moving
@@ -48,7 +49,39 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   return MTF_OK;
 }
 
+/* adafactor_update: w - step g a b; adafactor_squares: sum (g a b)^2 (double). The factors a (and b) by
+ * name over g's shape. */
+static int k_adafactor(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
+  (void)be;
+  const int update = st->op == MTF_OP_ADAFACTOR_UPDATE, gi = update ? 1 : 0, first = update ? 3 : 1;
+  const int factors = st->n_in - first;
+  const mtf_shape *x = &st->in_shape[gi];
+  const mtf_shape *ops[2] = {&st->in_shape[first], &st->in_shape[first + factors - 1]};
+  mtf_walk w;
+  mtf_walk_init(&w, x, factors, ops);
+  mtf_walk_coalesce(&w);
+  const float *g = a->in[gi], *fa = a->in[first], *fb = factors == 2 ? a->in[first + 1] : NULL;
+  const float *wt = update ? a->in[0] : NULL, step = update ? ((const float *)a->in[2])[0] : 0.0f;
+  float *out = a->out;
+  double sum = 0.0;
+  const int last = w.rank - 1;
+  const int64_t sa = w.strides[0][last], sb = fb ? w.strides[1][last] : 0;
+  for (int64_t row = 0, e = 0; row < w.rows; row++, e += w.inner, mtf_walk_next_row(&w)) {
+    const float *pa = fa + w.offset[0], *pb = fb ? fb + w.offset[1] : NULL;
+    for (int64_t i = 0; i < w.inner; i++) {
+      float u = g[e + i] * pa[i * sa];
+      if (pb) u *= pb[i * sb];
+      if (update) out[e + i] = wt[e + i] - step * u;
+      else sum += (double)u * u;
+    }
+  }
+  if (!update) out[0] = (float)sum;
+  return MTF_OK;
+}
+
 void mtf_cpu_register_optimizer(mtf_kernel_fn *k) {
   k[MTF_OP_MOVING_AVERAGE] = k_moving_average;
   k[MTF_OP_ADAM_UPDATE] = k_adam_update;
+  k[MTF_OP_ADAFACTOR_UPDATE] = k_adafactor;
+  k[MTF_OP_ADAFACTOR_SQUARES] = k_adafactor;
 }

@@ -3,9 +3,14 @@
  * them in the same pass. The per-step scalars live in device memory (the decay of a three-input moving average, AdamW's
  * learning rate and step), so each thread reads them; AdamW's bias corrections are computed per block by
  * one thread in double (ops/optimizer_ops.c's mtf_adam_bias_correction: -expm1(t ln beta)) and shared. AdamW also
- * writes the weight's bfloat16 copy where the plan keeps one (lower/weight_copies.c). */
+ * writes the weight's bfloat16 copy where the plan keeps one (lower/weight_copies.c). Adafactor's update is one
+ * pass too, and the sum of its squares a block sum per block and one over the blocks (deterministic). */
 #include "exec/cuda/k_common.h"
 #include "exec/cuda/k_kernels.h"
+
+extern "C" {
+#include "ops/optimizer_ops.h"
+}
 
 MTF_CUDA_BEGIN
 
@@ -76,9 +81,67 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   K_DONE(b, "adam_update");
 }
 
+/* ---- adafactor_update, adafactor_squares: g a b, the factors by name over g's shape (a k_walk) ---- */
+__device__ inline float k_adafactor_term(const k_walk &w, int64_t e, const float *g, const float *fa, const float *fb) {
+  float u = g[e] * fa[k_walk_offset(w, 0, e)];
+  return fb ? u * fb[k_walk_offset(w, 1, e)] : u;
+}
+
+__global__ void k_adafactor_update_kernel(k_walk w, int64_t n, const float *wt, const float *g, const float *step,
+                                          const float *fa, const float *fb, float *out) {
+  const float s = step[0];
+  MTF_GRID_STRIDE(e, n) out[e] = wt[e] - s * k_adafactor_term(w, e, g, fa, fb);
+}
+
+/* Each block's sum of squares in double, then one block sums the blocks' in order: no atomics, the same
+ * result every run. */
+__global__ void k_adafactor_partials_kernel(k_walk w, int64_t n, const float *g, const float *fa, const float *fb,
+                                            double *partials) {
+  double sum = 0.0;
+  MTF_GRID_STRIDE(e, n) {
+    float u = k_adafactor_term(w, e, g, fa, fb);
+    sum += (double)u * u;
+  }
+  sum = mtf_block_sum_double(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__global__ void k_adafactor_total_kernel(int blocks, const double *partials, float *out) {
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < blocks; i += blockDim.x) sum += partials[i];
+  sum = mtf_block_sum_double(sum);
+  if (threadIdx.x == 0) out[0] = (float)sum;
+}
+
+static int k_adafactor(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) {
+  const int update = st->op == MTF_OP_ADAFACTOR_UPDATE, gi = update ? 1 : 0, first = update ? 3 : 1;
+  const int factors = st->n_in - first;
+  const mtf_shape *ops[2] = {&st->in_shape[first], &st->in_shape[first + factors - 1]};
+  k_walk w = k_walk_make(&st->in_shape[gi], factors, ops);
+  k_walk_coalesce(&w, factors);
+  int64_t n = mtf_shape_num_elements(&st->in_shape[gi]);
+  const float *g = (const float *)a->in[gi], *fa = (const float *)a->in[first];
+  const float *fb = factors == 2 ? (const float *)a->in[first + 1] : NULL;
+  if (update) {
+    MTF_LAUNCH(k_adafactor_update_kernel, mtf_cuda_blocks(n, K_THREADS), K_THREADS, 0, K_STREAM(b), w, n,
+               (const float *)a->in[0], g, (const float *)a->in[2], fa, fb, (float *)a->out);
+    K_DONE(b, "adafactor_update");
+  }
+  unsigned blocks = mtf_cuda_blocks(n, K_THREADS);
+  if (blocks > MTF_ADAFACTOR_PARTIALS) blocks = MTF_ADAFACTOR_PARTIALS;
+  double *partials = (double *)a->scratch;
+  MTF_LAUNCH(k_adafactor_partials_kernel, blocks, K_THREADS, 0, K_STREAM(b), w, n, g, fa, fb, partials);
+  MTF_CUDA_CHECK_LAUNCH(b, "adafactor_squares");
+  MTF_LAUNCH(k_adafactor_total_kernel, 1, K_THREADS, 0, K_STREAM(b), (int)blocks, (const double *)partials,
+             (float *)a->out);
+  K_DONE(b, "adafactor_squares");
+}
+
 void mtf_cuda_register_optimizer(mtf_kernel_fn *k) {
   k[MTF_OP_MOVING_AVERAGE] = k_moving_average;
   k[MTF_OP_ADAM_UPDATE] = k_adam_update;
+  k[MTF_OP_ADAFACTOR_UPDATE] = k_adafactor;
+  k[MTF_OP_ADAFACTOR_SQUARES] = k_adafactor;
 }
 
 MTF_CUDA_END

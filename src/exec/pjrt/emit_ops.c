@@ -305,6 +305,17 @@ static int moving_average(h_emitter *E, const mtf_step *st) {
                  h_binop(E, "multiply", h_broadcast_scalar(E, mix, s), term));
 }
 
+/* adafactor_update: w - step g a b; adafactor_squares: sum (g a b)^2; the factors broadcast by name. */
+static int adafactor(h_emitter *E, const mtf_step *st) {
+  const int update = st->op == MTF_OP_ADAFACTOR_UPDATE, gi = update ? 1 : 0, first = update ? 3 : 1;
+  const mtf_shape *xs = &st->in_shape[gi];
+  int u = e_input(E, st, gi);
+  for (int k = first; k < st->n_in; k++) u = h_binop(E, "multiply", u, n_to(E, e_input(E, st, k), &st->in_shape[k], xs));
+  if (!update) return n_reduce(E, h_binop(E, "multiply", u, u), xs, &st->out_shape, "add", 0.0);
+  int step = h_reshape(E, e_input(E, st, 2), SCALAR);
+  return h_binop(E, "subtract", e_input(E, st, 0), h_binop(E, "multiply", h_broadcast_scalar(E, step, h_shape_of(xs)), u));
+}
+
 int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled) {
   const mtf_shape *os = &st->out_shape;
   h_shape s = h_shape_of(os);
@@ -367,6 +378,8 @@ int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled) {
     }
     case MTF_OP_MOVING_AVERAGE: r = moving_average(E, st); break;
     case MTF_OP_ADAM_UPDATE: r = adam_update(E, st); break;
+    case MTF_OP_ADAFACTOR_UPDATE:
+    case MTF_OP_ADAFACTOR_SQUARES: r = adafactor(E, st); break;
     case MTF_OP_WRITE_AT: {
       int d = mtf_shape_index_of(os, st->params.along.dim);
       int x = e_input(E, st, 0), v = n_to(E, e_input(E, st, 1), &st->in_shape[1], os);
