@@ -23,7 +23,7 @@
 #   probe 5        nvidia-smi, the CUDA and NCCL libraries the loader finds, nvcc, cmake, MPI: what this machine has
 #   setup 120      unpack the bundle (or build mtf and test_backend_conformance); `mtf --version` lists cuda
 #   conform 60     test_backend_conformance --backend cuda on 1 and on 2 ranks (every op against the double
-#                  reference; the cpu backend's bounds)
+#                  reference; the cpu backend's bounds), and its attention cases under --bf16 (the tensor cores)
 #   train 70       tests/run/tiny-test.yaml, 20 steps: cuda fp32 against cpu within 1e-4, cuda bf16 within 2e-2
 #   ranks 60       the same on 2 ranks (b:2) and 4 ranks (b:2;m:2) sharing the GPU (backend.comm mpi) within 1e-4
 #                  of 1 rank; with 2+ GPUs also 2 ranks over NCCL
@@ -201,22 +201,25 @@ fi
 # ---- conform: every op on 1 and 2 ranks ----
 begin_phase conform
 clog=$(phase_log conform)
-conformance_run() { # NAME RANKS KIND
-  local before status line worst
+conformance_run() { # NAME RANKS KIND SECONDS [ARG]...
+  local name=$1 ranks=$2 kind=$3 seconds=$4 before status line worst
+  shift 4
   before=$(wc -l < "$clog" 2>/dev/null || echo 0)
-  run_timed "$clog" 45 "$mpiexec" -n "$2" "$conformance" --backend "$3"
+  run_timed "$clog" "$seconds" "$mpiexec" -n "$ranks" "$conformance" --backend "$kind" "$@"
   status=$?
   line=$(tail -n +"$((before + 1))" "$clog" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
   worst=$(tail -n +"$((before + 1))" "$clog" | grep -oE 'engine error [0-9.e+-]+' | awk '{ if ($3 + 0 > m) m = $3 + 0 } END { printf "%.2e", m }')
   if [ "$status" = 0 ] && [[ "$line" =~ \ 0\ failed ]]; then
-    verdict "$1" PASS "$line, largest engine error $worst"
+    verdict "$name" PASS "$line, largest engine error $worst"
   else
-    verdict "$1" FAIL "${line:-no summary line}, exit status $status"
+    verdict "$name" FAIL "${line:-no summary line}, exit status $status"
     log_tail conform
   fi
 }
-conformance_run conform-1 1 "$gpu_kind"
-conformance_run conform-2 2 "$gpu_kind"
+conformance_run conform-1 1 "$gpu_kind" 30
+# The attention cases under the bf16 policy: on cuda the tensor-core kernels (depths 64 and 128).
+conformance_run conform-bf16 1 "$gpu_kind" 15 --bf16 --only attention
+conformance_run conform-2 2 "$gpu_kind" 45
 keep_log conform
 
 # ---- train: cpu vs cuda, fp32 and bf16 ----

@@ -26,16 +26,48 @@ static const char *attention_error(const char *q, const char *k, const char *v, 
   return err->msg;
 }
 
+/* The same for the general op with a bias and segment ids of these shapes (NULL: none). */
+static const char *extras_error(const char *bias, const char *segments, mtf_error *err) {
+  mtf_graph *g = mtf_graph_create(1);
+  mtf_shape qs = S("b:2,h:2,q:4,e:3"), ks = S("b:2,h:2,m:4,e:3");
+  mtf_fused_attention_options o = {"q", "m", "e", 1, 1.0f, 0.0f, 0, MTF_NO_TENSOR, MTF_NO_TENSOR};
+  if (bias) {
+    mtf_shape bs = S(bias);
+    o.bias = mtf_variable(g, "bias", &bs, MTF_INIT_NORMAL, 1.0f);
+  }
+  if (segments) {
+    mtf_shape ss = S(segments);
+    o.segments = mtf_variable(g, "ids", &ss, MTF_INIT_ZEROS, 0.0f);
+  }
+  mtf_fused_attention(g, mtf_variable(g, "q", &qs, MTF_INIT_NORMAL, 1.0f), mtf_variable(g, "k", &ks, MTF_INIT_NORMAL, 1.0f),
+                      mtf_variable(g, "v", &ks, MTF_INIT_NORMAL, 1.0f), &o);
+  if (mtf_graph_status(g, err) == MTF_OK) err->msg[0] = 0;
+  mtf_graph_destroy(g);
+  return err->msg;
+}
+
 static void builder_errors(void) {
   mtf_error err;
   CHECK(strcmp(attention_error("b:2,q:4,e:3", "b:2,m:4,e:3", "b:2,m:4,e:3", &err), "") == 0);
   CHECK(strcmp(attention_error("b:2,q:4,e:3", "m:4,e:3,b:2", "m:4,e:3,b:2", &err), "") == 0); /* any order */
   CHECK_CONTAINS(attention_error("b:2,q:4", "b:2,m:4", "b:2,m:4", &err), "causal_attention: 'q' [b:2, q:4] needs dimensions 'q' and 'e'");
   CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:2,q:4,e:3", "b:2,q:4,e:3", &err), "'k'",
-                 "must have the query's dimensions with 'm' for 'q', of the same size");
+                 "must have the query's dimensions (some of the others may be missing) with 'm' for 'q'");
+  /* k and v shared along q's dims they lack (grouped heads); never along the depth or the positions */
+  CHECK(strcmp(attention_error("b:2,h:2,q:4,e:3", "b:2,m:4,e:3", "b:2,m:4,e:3", &err), "") == 0);
+  CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:2,m:4", "b:2,m:4", &err), "'k'", "and 'e'");
   CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:2,m:5,e:3", "b:2,m:5,e:3", &err), "'k'", "of the same size");
   CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:3,m:4,e:3", "b:3,m:4,e:3", &err), "'k'");
   CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:2,m:4,e:3", "b:2,m:4,e:2", &err), "'v'", "must have the keys' shape");
+  /* the bias: the positions and any of the batch dims; the ids: the query positions and any batch dims */
+  CHECK(strcmp(extras_error("h:2,q:4,m:4", "b:2,q:4", &err), "") == 0);
+  CHECK(strcmp(extras_error("m:4,b:2,h:2,q:4", NULL, &err), "") == 0);
+  CHECK_CONTAINS(extras_error("h:2,q:4", NULL, &err), "'bias'", "(the bias) needs dimensions 'q' and 'm'");
+  CHECK_CONTAINS(extras_error("h:2,q:4,m:4,e:3", NULL, &err), "'bias'", "without 'e'");
+  CHECK_CONTAINS(extras_error("x:2,q:4,m:4", NULL, &err), "'bias'", "otherwise only the query's");
+  CHECK_CONTAINS(extras_error("h:2,q:4,m:5", NULL, &err), "'bias'", "at its sizes");
+  CHECK_CONTAINS(extras_error(NULL, "b:2,m:4", &err), "'ids'", "(the segment ids) needs dimension 'q'");
+  CHECK_CONTAINS(extras_error(NULL, "b:2,q:4,e:3", &err), "'ids'", "without 'e'");
   CHECK_CONTAINS(attention_error("b:2,q:4,e:3", "b:2,m:4,e:3", "m:4,b:2,e:3", &err), "'v'", "must have the keys' shape");
 
   mtf_graph *g = mtf_graph_create(1);

@@ -13,6 +13,7 @@ fail=0
 [ "$status" = 0 ] || { echo "gpu_check_dry_run: gpu-check exited $status, wanted 0"; fail=1; }
 results=$out/results.txt
 for want in '^\[setup\] PASS: from the bundle gpu-bundle\.tar\.gz' '^\[conform-2\] PASS: [0-9]+ passed, 0 failed' \
+            '^\[conform-bf16\] PASS: [0-9]+ passed, 0 failed' \
             '^\[train-fp32\] PASS' '^\[train-bf16\] PASS' '^\[ranks-4\] PASS: ranks-4 vs gpu-fp32' \
             '^\[bench\] PASS: dry run' 'DRY RUN: cpu stood in for cuda' '^gpu-check: PASS'; do
   grep -Eq -- "$want" "$results" 2>/dev/null || { echo "gpu_check_dry_run: results.txt lacks: $want"; fail=1; }

@@ -8,11 +8,12 @@
  * Forward: one block per (problem, query tile). The online softmax keeps each row's running max m (float)
  * and sum l (double, as the CPU); a new tile of scores rescales the accumulator by exp(m_old - m_new).
  * o = acc / l, lse = m + log l (stored along depth, as the CPU's F[1]); under bf16 see below.
- * Backward, one pass: one block per (problem, memory tile j), over the query tiles i >= j (causal; else all
- * of them): P = exp(S - lse) from the forward pass's logsumexp, dV_j += (P R)^T dO_i, dP = dO_i V_j^T,
- * dS = P R dP - P delta with delta = rowsum(dO o) - rowsum(dlse), dK_j += scale dS^T Q_i (kept in shared
- * memory, written once), and dQ_i += scale dS K_j by atomicAdd into the zeroed output (several memory tiles
- * add to one query row).
+ * Backward, two kernels, so that no row of dQ is summed by atomics (FlashAttention-2's split): per (problem,
+ * memory tile j) over the query tiles i >= j (causal; else all of them), and per (problem, query tile i) over
+ * the memory tiles it sees, each recomputing for its pairs (pair_gradients) P = exp(S - lse) from the forward
+ * pass's logsumexp, dP = dO_i V_j^T and dS = P R dP - P delta with delta = rowsum(dO o) - rowsum(dlse); the
+ * first sums dV_j += (P R)^T dO_i and dK_j += scale dS^T Q_i, the second dQ_i += scale dS K_j, each in shared
+ * memory and written once.
  * Dropout (R: 0 or 1 / keep) is ops/attention.h's mask, recomputed from global indices per tile with
  * core/rng's hash: the forward pass sums kept and dropped probabilities into l and accumulates only the
  * kept ones, scaled, exactly as the CPU kernel.
@@ -20,7 +21,7 @@
  * pairs of different segments (ids float32, per query position) then get MTF_ATTENTION_MASKED (adjust, in
  * mtf_cpu_attention_adjust_row's order), in the forward and backward kernels alike, so that the backward
  * pass's P = exp(S - lse) is the forward pass's softmax. The bias gradient (attention_bias_grad) is the
- * backward kernel with dbias: the same P and dS, each visible pair's dS (unscaled: the bias is added after
+ * dQ kernel with dbias: the same P and dS, each visible pair's dS (unscaled: the bias is added after
  * the scale; never rounded, as the CPU's) atomically added into its bias element (the problems along the
  * dims the bias lacks share elements), and no dV, dK, dQ products; its output is zeroed first.
  * Under the bf16 policy (params.attention.bf16) the product operands are rounded to bfloat16 as the CPU's bf16
@@ -221,20 +222,62 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 /* ---- backward: in q, k, v [, bias] [, segments], F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv], or
  * (out NULL) dbias, the bias's gradient; either zeroed first ---- */
 
-__global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
-                                        const float *F, const float *dF, float *out, float *dbias) {
+/* Query rows i0 .. i0 + nq of problem b: their lse and delta = rowsum(dO o) - rowsum(dlse), from the fp32 values. */
+__device__ inline void row_statistics(const att_problem &p, const att_grad_views &w, const float *F, const float *dF,
+                                      int64_t b, int64_t i0, int64_t nq, float *lse, float *delta) {
+  int64_t bo = view_base(p, w.o, b), bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b);
+  int64_t bdl = view_base(p, w.dlse, b);
+  for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
+    double dsum = 0.0, extra = 0.0;
+    for (int64_t d = 0; d < p.D; d++) {
+      dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
+      extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
+    }
+    lse[r] = F[bl + (i0 + r) * w.lse.pos];
+    delta[r] = (float)(dsum - extra);
+  }
+}
+
+/* The pairs of query tile i0 (Q, dO, lse, delta) and memory tile j0 (K, V): P = exp(S - lse) where seen, PR = P R,
+ * and dS = P R dP - P delta into dP (under bf16 scaled and rounded here: the products then take scale 1); with
+ * db (problem b's part of the bias gradient), each seen pair's dS added to its element. */
+__device__ inline void pair_gradients(const att_problem &p, const float *Q, const float *dO, const float *K,
+                                      const float *V, const float *lse, const float *delta, const float *bias,
+                                      const float *ids, uint64_t mbase, int64_t i0, int64_t nq, int64_t j0, int64_t nk,
+                                      float *P, float *PR, float *dP, float *db) {
+  const int64_t T = p.T, D = p.D;
+  for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+    int64_t r = e / T, c = e % T;
+    int visible = c < nk && sees(p, i0 + r, j0 + c);
+    float pv = visible ? expf(adjust(p, bias, ids, i0 + r, j0 + c, p.scale * dot(Q + r * D, K + c * D, D)) - lse[r])
+                       : 0.0f;
+    P[e] = pv;
+    PR[e] = p.dropout && visible ? pv * drop_factor(p, mbase, i0 + r, j0 + c) : pv;
+    dP[e] = c < nk ? dot(dO + r * D, V + c * D, D) : 0.0f;
+  }
+  __syncthreads();
+  for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
+    int64_t r = e / T, c = e % T;
+    float ds = PR[e] * dP[e] - P[e] * delta[r];
+    if (db && c < nk && sees(p, i0 + r, j0 + c)) atomicAdd(db + (i0 + r) * p.vb.pos + (j0 + c) * p.vb.depth, ds);
+    dP[e] = p.bf16 ? mtf_bf16_round(p.scale * ds) : ds;
+  }
+  __syncthreads();
+}
+
+/* dK_j and dV_j: one block per (problem, memory tile j), over the query tiles that see it. */
+__global__ void k_attention_grad_kv_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
+                                           const float *F, const float *dF, float *out) {
   MTF_DYNAMIC_SHARED(unsigned char, shared);
   const int64_t T = p.T, D = p.D, L = p.L;
   float *K = (float *)shared, *V = K + T * D, *dK = V + T * D, *dV = dK + T * D, *Q = dV + T * D, *dO = Q + T * D;
   float *P = dO + T * D, *PR = P + T * T, *dP = PR + T * T, *lse = dP + T * T, *delta = lse + T;
+  const float ds_scale = p.bf16 ? 1.0f : p.scale;
   for (int64_t unit = blockIdx.x; unit < p.count * p.tiles; unit += gridDim.x) {
     int64_t b = unit / p.tiles, j0 = unit % p.tiles * T, nk = L - j0 < T ? L - j0 : T;
-    int64_t bq = view_base(p, w.q, b), bk = view_base(p, w.k, b), bo = view_base(p, w.o, b);
-    int64_t bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b), bdl = view_base(p, w.dlse, b);
-    int64_t bdq = view_base(p, w.dq, b);
+    int64_t bq = view_base(p, w.q, b), bk = view_base(p, w.k, b), bdo = view_base(p, w.dO, b);
     uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
     const float *bias = extra_of(p, p.bias, p.vb, b), *ids = extra_of(p, p.segments, p.vs, b);
-    float *db = dbias ? dbias + view_base(p, p.vb, b) : NULL;
     load_tile(p, k, p.k_bf16, w.k, bk, j0, nk, D, K);
     load_tile(p, v, p.v_bf16, w.k, bk, j0, nk, D, V);
     for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dK[e] = dV[e] = 0.0f;
@@ -243,37 +286,10 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
       int64_t nq = L - i0 < T ? L - i0 : T;
       load_tile(p, q, p.q_bf16, w.q, bq, i0, nq, D, Q);
       load_tile(p, dF, 0, w.dO, bdo, i0, nq, D, dO);
+      row_statistics(p, w, F, dF, b, i0, nq, lse, delta);
       __syncthreads();
-      for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
-        double dsum = 0.0, extra = 0.0;
-        for (int64_t d = 0; d < D; d++) {
-          dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
-          extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
-        }
-        lse[r] = F[bl + (i0 + r) * w.lse.pos];
-        delta[r] = (float)(dsum - extra);
-      }
-      __syncthreads();
-      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
-        int64_t r = e / T, c = e % T;
-        int visible = c < nk && sees(p, i0 + r, j0 + c);
-        float pv = visible ? expf(adjust(p, bias, ids, i0 + r, j0 + c, p.scale * dot(Q + r * D, K + c * D, D)) - lse[r])
-                           : 0.0f;
-        P[e] = pv;
-        PR[e] = p.dropout && visible ? pv * drop_factor(p, mbase, i0 + r, j0 + c) : pv;
-        dP[e] = c < nk ? dot(dO + r * D, V + c * D, D) : 0.0f;
-      }
-      __syncthreads();
-      /* dS; under bf16 scaled and rounded here (the products below then take scale 1) */
-      for (int64_t e = threadIdx.x; e < nq * T; e += blockDim.x) {
-        int64_t r = e / T, c = e % T;
-        float ds = PR[e] * dP[e] - P[e] * delta[r];
-        if (db && c < nk && sees(p, i0 + r, j0 + c)) atomicAdd(db + (i0 + r) * p.vb.pos + (j0 + c) * p.vb.depth, ds);
-        dP[e] = p.bf16 ? mtf_bf16_round(p.scale * ds) : ds;
-      }
-      __syncthreads();
-      const float ds_scale = p.bf16 ? 1.0f : p.scale;
-      for (int64_t e = threadIdx.x; e < nk * D && !db; e += blockDim.x) { /* dV_j, dK_j: this memory tile's rows */
+      pair_gradients(p, Q, dO, K, V, lse, delta, bias, ids, mbase, i0, nq, j0, nk, P, PR, dP, NULL);
+      for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) { /* this memory tile's rows */
         int64_t c = e / D, d = e % D;
         float sv = 0.0f, sk = 0.0f;
         for (int64_t r = 0; r < nq; r++) {
@@ -283,19 +299,56 @@ __global__ void k_attention_grad_kernel(att_problem p, att_grad_views w, const v
         dV[e] += sv;
         dK[e] += ds_scale * sk;
       }
-      for (int64_t e = threadIdx.x; e < nq * D && !db; e += blockDim.x) { /* dQ_i: shared with other memory tiles */
-        int64_t r = e / D, d = e % D;
-        float s = 0.0f;
-        for (int64_t c = 0; c < nk; c++) s += dP[r * T + c] * K[c * D + d];
-        atomicAdd(out + bdq + (i0 + r) * w.dq.pos + d * w.dq.depth, ds_scale * s);
-      }
       __syncthreads();
     }
     int64_t bdk = view_base(p, w.dk, b), bdv = view_base(p, w.dv, b);
-    for (int64_t e = threadIdx.x; e < nk * D && !db; e += blockDim.x) {
+    for (int64_t e = threadIdx.x; e < nk * D; e += blockDim.x) {
       int64_t c = e / D, d = e % D;
       out[bdk + (j0 + c) * w.dk.pos + d * w.dk.depth] = dK[e];
       out[bdv + (j0 + c) * w.dv.pos + d * w.dv.depth] = dV[e];
+    }
+    __syncthreads();
+  }
+}
+
+/* dQ_i, or (dbias) the bias gradient: one block per (problem, query tile i), over the memory tiles it sees, so
+ * each dQ row is written once (no atomics; the bias gradient adds across the problems that share its
+ * elements). */
+__global__ void k_attention_grad_q_kernel(att_problem p, att_grad_views w, const void *q, const void *k, const void *v,
+                                          const float *F, const float *dF, float *out, float *dbias) {
+  MTF_DYNAMIC_SHARED(unsigned char, shared);
+  const int64_t T = p.T, D = p.D, L = p.L;
+  float *Q = (float *)shared, *dO = Q + T * D, *K = dO + T * D, *V = K + T * D, *dQ = V + T * D;
+  float *P = dQ + T * D + T * D, *PR = P + T * T, *dP = PR + T * T, *lse = dP + T * T, *delta = lse + T;
+  const float ds_scale = p.bf16 ? 1.0f : p.scale;
+  for (int64_t unit = blockIdx.x; unit < p.count * p.tiles; unit += gridDim.x) {
+    int64_t b = unit / p.tiles, i0 = unit % p.tiles * T, nq = L - i0 < T ? L - i0 : T;
+    int64_t bk = view_base(p, w.k, b);
+    uint64_t mbase = p.dropout ? mask_base(p, b) : 0;
+    const float *bias = extra_of(p, p.bias, p.vb, b), *ids = extra_of(p, p.segments, p.vs, b);
+    float *db = dbias ? dbias + view_base(p, p.vb, b) : NULL;
+    load_tile(p, q, p.q_bf16, w.q, view_base(p, w.q, b), i0, nq, D, Q);
+    load_tile(p, dF, 0, w.dO, view_base(p, w.dO, b), i0, nq, D, dO);
+    row_statistics(p, w, F, dF, b, i0, nq, lse, delta);
+    for (int64_t e = threadIdx.x; e < T * D; e += blockDim.x) dQ[e] = 0.0f;
+    for (int64_t j0 = 0; j0 < (p.causal ? i0 + nq : L); j0 += T) {
+      int64_t nk = L - j0 < T ? L - j0 : T;
+      load_tile(p, k, p.k_bf16, w.k, bk, j0, nk, D, K);
+      load_tile(p, v, p.v_bf16, w.k, bk, j0, nk, D, V);
+      __syncthreads();
+      pair_gradients(p, Q, dO, K, V, lse, delta, bias, ids, mbase, i0, nq, j0, nk, P, PR, dP, db);
+      for (int64_t e = threadIdx.x; e < nq * D && !db; e += blockDim.x) {
+        int64_t r = e / D, d = e % D;
+        float s = 0.0f;
+        for (int64_t c = 0; c < nk; c++) s += dP[r * T + c] * K[c * D + d];
+        dQ[e] += ds_scale * s;
+      }
+      __syncthreads();
+    }
+    int64_t bdq = view_base(p, w.dq, b);
+    for (int64_t e = threadIdx.x; e < nq * D && !db; e += blockDim.x) {
+      int64_t r = e / D, d = e % D;
+      out[bdq + (i0 + r) * w.dq.pos + d * w.dq.depth] = dQ[e];
     }
     __syncthreads();
   }
@@ -328,9 +381,14 @@ static int k_attention_grad(mtf_backend *b, const mtf_step *st, const mtf_kernel
   if (mtf_cuda_attention_tc_fits(&p)) return mtf_cuda_attention_grad_tc(b, &p, &w, F, dF, bias_grad, a);
   int64_t units = p.count * p.tiles;
   if (units == 0 || p.D == 0) return MTF_OK;
-  MTF_LAUNCH(k_attention_grad_kernel, k_row_blocks(units), K_THREADS, backward_bytes(p.T, p.D), K_STREAM(b), p, w,
-             a->in[0], a->in[1], a->in[2], F, dF, bias_grad ? NULL : (float *)a->out, bias_grad ? (float *)a->out : NULL);
-  K_DONE(b, bias_grad ? "attention_bias_grad" : "attention_grad");
+  size_t bytes = backward_bytes(p.T, p.D);
+  MTF_LAUNCH(k_attention_grad_q_kernel, k_row_blocks(units), K_THREADS, bytes, K_STREAM(b), p, w, a->in[0], a->in[1],
+             a->in[2], F, dF, bias_grad ? NULL : (float *)a->out, bias_grad ? (float *)a->out : NULL);
+  if (bias_grad) K_DONE(b, "attention_bias_grad");
+  MTF_CUDA_CHECK_LAUNCH(b, "attention_grad (dq)");
+  MTF_LAUNCH(k_attention_grad_kv_kernel, k_row_blocks(units), K_THREADS, bytes, K_STREAM(b), p, w, a->in[0], a->in[1],
+             a->in[2], F, dF, (float *)a->out);
+  K_DONE(b, "attention_grad (dk, dv)");
 }
 
 void mtf_cuda_register_attention(mtf_kernel_fn *k) {
