@@ -12,16 +12,7 @@
 
 #include "exec/cuda/cuda_kernel.h"
 
-static int failed;
-#define EXPECT(cond, ...)                                  \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      failed++;                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-    }                                                      \
-  } while (0)
+#include "emu_expect.h"
 
 __global__ void block_sums(const float *in, int n, float *sums, double *sums_double, float *maxima) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

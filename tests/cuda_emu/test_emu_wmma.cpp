@@ -16,16 +16,7 @@
 
 using namespace nvcuda;
 
-static int failed;
-#define EXPECT(cond, ...)                                  \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      failed++;                                            \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, "\n");                               \
-    }                                                      \
-  } while (0)
+#include "emu_expect.h"
 
 enum { M = 32, N = 32, K = 48, LDA = K + 8, LDB = K + 16, LDC = M + 8, LDD = N + 4 };
 /* Row-major A is M rows of LDA, column-major A is K columns of LDA (>= M); B is K rows or N columns of LDB. */

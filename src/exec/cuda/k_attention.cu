@@ -222,22 +222,6 @@ static int k_attention(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
 /* ---- backward: in q, k, v [, bias] [, segments], F = [o | lse], dF = [dO | dlse]; out G = [dq | dk | dv], or
  * (out NULL) dbias, the bias's gradient; either zeroed first ---- */
 
-/* Query rows i0 .. i0 + nq of problem b: their lse and delta = rowsum(dO o) - rowsum(dlse), from the fp32 values. */
-__device__ inline void row_statistics(const att_problem &p, const att_grad_views &w, const float *F, const float *dF,
-                                      int64_t b, int64_t i0, int64_t nq, float *lse, float *delta) {
-  int64_t bo = view_base(p, w.o, b), bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b);
-  int64_t bdl = view_base(p, w.dlse, b);
-  for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
-    double dsum = 0.0, extra = 0.0;
-    for (int64_t d = 0; d < p.D; d++) {
-      dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
-      extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
-    }
-    lse[r] = F[bl + (i0 + r) * w.lse.pos];
-    delta[r] = (float)(dsum - extra);
-  }
-}
-
 /* The pairs of query tile i0 (Q, dO, lse, delta) and memory tile j0 (K, V): P = exp(S - lse) where seen, PR = P R,
  * and dS = P R dP - P delta into dP (under bf16 scaled and rounded here: the products then take scale 1); with
  * db (problem b's part of the bias gradient), each seen pair's dS added to its element. */

@@ -83,6 +83,22 @@ __device__ inline int64_t seen(const att_problem &p, int64_t i, int64_t j0, int6
   return n < nk ? n : nk;
 }
 
+/* Query rows i0 .. i0 + nq of problem b: their lse and delta = rowsum(dO o) - rowsum(dlse), from the fp32 values. */
+__device__ inline void row_statistics(const att_problem &p, const att_grad_views &w, const float *F, const float *dF,
+                                      int64_t b, int64_t i0, int64_t nq, float *lse, float *delta) {
+  int64_t bo = view_base(p, w.o, b), bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b);
+  int64_t bdl = view_base(p, w.dlse, b);
+  for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
+    double dsum = 0.0, extra = 0.0;
+    for (int64_t d = 0; d < p.D; d++) {
+      dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
+      extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
+    }
+    lse[r] = F[bl + (i0 + r) * w.lse.pos];
+    delta[r] = (float)(dsum - extra);
+  }
+}
+
 /* The tensor-core kernels (k_attention_tc.cu): for steps under the bf16 policy with a depth they take. */
 int mtf_cuda_attention_tc_fits(const att_problem *p);
 int mtf_cuda_attention_tc(mtf_backend *b, const att_problem *p, att_view vq, att_view vk, att_view vo, att_view vl,

@@ -181,17 +181,7 @@ __device__ inline void tc_load_queries(const att_problem &p, const att_grad_view
                                        const float *dF, int64_t b, int64_t i0, int64_t nq, const tc_grad_smem &s) {
   tc_load(p, q, p.q_bf16, w.q, view_base(p, w.q, b), i0, nq, s.Q);
   tc_load(p, dF, 0, w.dO, view_base(p, w.dO, b), i0, nq, s.dO);
-  int64_t bo = view_base(p, w.o, b), bl = view_base(p, w.lse, b), bdo = view_base(p, w.dO, b);
-  int64_t bdl = view_base(p, w.dlse, b);
-  for (int64_t r = threadIdx.x; r < nq; r += blockDim.x) {
-    double dsum = 0.0, extra = 0.0;
-    for (int64_t d = 0; d < p.D; d++) {
-      dsum += (double)dF[bdo + (i0 + r) * w.dO.pos + d * w.dO.depth] * F[bo + (i0 + r) * w.o.pos + d * w.o.depth];
-      extra += dF[bdl + (i0 + r) * w.dlse.pos + d * w.dlse.depth];
-    }
-    s.lse[r] = F[bl + (i0 + r) * w.lse.pos];
-    s.delta[r] = (float)(dsum - extra);
-  }
+  row_statistics(p, w, F, dF, b, i0, nq, s.lse, s.delta);
 }
 
 /* The pairs of query tile i0 and memory tile j0 (operands and row statistics in s): P = exp(S - lse) where
