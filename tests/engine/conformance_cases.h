@@ -453,8 +453,6 @@ static const op_case cases[] = {
     {"causal attention with a bias, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2", "q:67,m:67"}, c_attention_bias},
     {"causal attention with segments", {"a:2,q:6,e:4", "a:2,m:6,e:4", "a:2,m:6,e:4"}, c_attention_segments},
     {"causal attention with segments, dropout, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2"}, c_attention_segments_67},
-    {"causal attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
-     c_attention_segments_131},
     {"causal attention with a bias per head, segments, dropout", {"h:2,q:6,e:2", "m:6,h:2,e:2", "m:6,h:2,e:2",
      "h:2,q:6,m:6"}, c_attention_bias_segments},
     {"causal attention, grouped heads, bias, dropout", {"k:2,q:6,g:2,e:2", "m:6,k:2,e:2", "m:6,k:2,e:2", "g:2,q:6,m:6"},
@@ -464,8 +462,6 @@ static const op_case cases[] = {
      "h:2,q:6,m:6"}, c_attention_bidirectional_all},
     {"bidirectional attention with segments, dropout, 2 tiles", {"q:67,e:2", "m:67,e:2", "m:67,e:2"},
      c_attention_bidirectional_67},
-    {"bidirectional attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
-     c_attention_bidirectional_131},
     {"softmax_cross_entropy + z_loss", {"a:3,c:1,v:6"}, c_xent},
     {"softmax_cross_entropy, vocab first", {"v:6,a:3"}, c_xent_vocab_first},
     {"softmax_cross_entropy + label smoothing + z_loss", {"a:3,c:1,v:6"}, c_xent_smoothed},
@@ -519,6 +515,11 @@ static const op_case cases[] = {
 static const op_case bf16_cases[] = {
     /* 8 problems of 131 rows: the bf16 attention's groups (mtf_attention_bf16_group) of 7, then a partial 1 */
     {"causal attention, 2 row blocks, 8 problems", {"a:8,q:131,e:3", "a:8,m:131,e:3", "a:8,m:131,e:3"}, c_attention},
+    /* the segment mask across the bf16 path's row blocks (fp32's tiles: the 67-position cases) */
+    {"causal attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
+     c_attention_segments_131},
+    {"bidirectional attention with segments, dropout, 2 row blocks", {"q:131,e:3", "m:131,e:3", "m:131,e:3"},
+     c_attention_bidirectional_131},
     {"attention d_kv 64, causal, bias per head, segments, dropout", {"h:2,q:40,e:64", "m:40,h:2,e:64", "m:40,h:2,e:64",
      "h:2,q:40,m:40"}, c_attention_tc_causal},
     {"attention d_kv 128, bidirectional, bias, segments", {"q:40,e:128", "m:40,e:128", "m:40,e:128", "q:40,m:40"},
