@@ -215,38 +215,32 @@ static int64_t adafactor_squares_scratch(const mtf_step *s) {
   return 2 * MTF_ADAFACTOR_PARTIALS;
 }
 
-/* Element `index` (of g's shape) of g a b. */
-static double adafactor_term(const mtf_ref_args *a, int first, const int64_t *index) {
-  const mtf_shape *x = a->in_shape[first];
-  double u = a->in[first][mtf_ref_offset(x, index, x)];
-  for (int k = first + 1; k < a->n->n_inputs; k++) u *= a->in[k][mtf_ref_offset(x, index, a->in_shape[k])];
+/* Element `index` of g a b: g is input `g`, its factors the inputs from `factor` on (broadcast by name). */
+static double adafactor_term(const mtf_ref_args *a, int g, int factor, const int64_t *index) {
+  const mtf_shape *x = a->in_shape[g];
+  double u = a->in[g][mtf_ref_offset(x, index, x)];
+  for (int k = factor; k < a->n->n_inputs; k++) u *= a->in[k][mtf_ref_offset(x, index, a->in_shape[k])];
   return u;
 }
 
+/* Inputs w, g, step_size, a [, b]. */
 static void adafactor_update_reference(const mtf_ref_args *a) {
-  /* the factors are inputs 3 (and 4): shift them next to g for adafactor_term */
   const mtf_shape *x = a->in_shape[0];
   double step = a->in[2][0];
   int64_t index[MTF_MAX_RANK] = {0};
-  if (x->rank == 0) {
-    double u = a->in[1][0] * a->in[3][0] * (a->n->n_inputs == 5 ? a->in[4][0] : 1.0);
-    a->out[0] = a->in[0][0] - step * u;
-    return;
-  }
   do {
     int64_t e = mtf_ref_offset(x, index, x);
-    double u = a->in[1][e] * a->in[3][mtf_ref_offset(x, index, a->in_shape[3])];
-    if (a->n->n_inputs == 5) u *= a->in[4][mtf_ref_offset(x, index, a->in_shape[4])];
-    a->out[e] = a->in[0][e] - step * u;
-  } while (mtf_ref_next(x, index));
+    a->out[e] = a->in[0][e] - step * adafactor_term(a, 1, 3, index);
+  } while (x->rank > 0 && mtf_ref_next(x, index));
 }
 
+/* Inputs g, a [, b]. */
 static void adafactor_squares_reference(const mtf_ref_args *a) {
   const mtf_shape *x = a->in_shape[0];
   int64_t index[MTF_MAX_RANK] = {0};
   double sum = 0;
   do {
-    double u = adafactor_term(a, 0, index);
+    double u = adafactor_term(a, 0, 1, index);
     sum += u * u;
   } while (x->rank > 0 && mtf_ref_next(x, index));
   a->out[0] = sum;
