@@ -223,6 +223,10 @@ mtf_tensor mtf_cast(mtf_graph *g, mtf_tensor x, mtf_dtype to);
  * bfloat16 and one float32 operand casts the float32 one, whatever the setting. */
 void mtf_graph_set_matmul_dtype(mtf_graph *g, mtf_dtype dtype);
 mtf_dtype mtf_graph_matmul_dtype(const mtf_graph *g);
+/* While on, nodes built belong to the bf16 policy with float32 operands: their kernels may sum in another order
+ * than an fp32 run's (the cpu's dot products in lanes, and, with mtf_plan_options.fuse_grad_norm, inside an
+ * adam_update's pass), which fp32 runs never see. A bf16 run's gradient norm (mtf_optimizer_config.policy_sums). */
+void mtf_graph_set_policy_sums(mtf_graph *g, int on);
 
 /* ---- shape changes ---- */
 mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim);
@@ -269,6 +273,7 @@ typedef struct mtf_plan_stats {
   int bf16_weight_copies;   /* weights whose bfloat16 copy the optimizer writes (mtf_plan_options) */
   int64_t bf16_weight_copy_bytes; /* those copies' bytes on this rank, kept between runs */
   int fused_optimizer_updates;    /* adam_update steps that run their moving averages too (fuse_optimizer) */
+  int fused_grad_norm_squares;    /* of those, steps that also sum their gradient's squares (fuse_grad_norm) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -298,6 +303,11 @@ typedef struct mtf_plan_options {
    * update's kernel runs the moving averages too, with the same arithmetic (lower/fuse_moments.c). For backends
    * whose adam_update kernel does (cpu, cuda: the run layer sets it there). */
   int fuse_optimizer;
+  /* With fuse_optimizer: the sum of squares of a gradient under the bf16 policy (mtf_graph_set_policy_sums; a
+   * bf16 run's gradient norm, built after the updates) is summed by the fused adam_update that reads that
+   * gradient, in its pass, with the einsum's arithmetic (lower/fuse_moments.c): one read of every gradient
+   * less per step. For backends whose adam_update kernel does (cpu: the run layer sets it there). */
+  int fuse_grad_norm;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

@@ -21,6 +21,7 @@ typedef struct mtf_kernel_args {
   void *scratch;           /* step->scratch's arena buffer, or NULL */
   void *bf16_copy;         /* adam_update: where round(out) goes as well (step->bf16_copy), or NULL */
   const void *moments_grad; /* adam_update with step->fused_moments: the gradient its moving averages read */
+  float *squares;           /* adam_update with step->squares_out: where the sum of that gradient's squares goes */
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
   /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */
   const char *microbatch_dim;

@@ -90,7 +90,7 @@ int mtf_graph_add_op(mtf_graph *g, mtf_op_kind kind, int n_inputs, const int *in
     return MTF_NO_TENSOR;
   int id = g->n_nodes++;
   n.block = g->current_block;
-  n.bf16_policy = g->matmul_dtype == MTF_BF16;
+  n.bf16_policy = g->matmul_dtype == MTF_BF16 || g->policy_sums;
   if (!n.name[0]) snprintf(n.name, sizeof n.name, "%s_%d", def->name, id);
   g->nodes[id] = n;
   if (kind == MTF_OP_VARIABLE) g->variables[g->n_variables++] = id;

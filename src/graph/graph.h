@@ -139,6 +139,7 @@ struct mtf_graph {
   int cap_index;
   int n_blocks, current_block; /* recompute blocks made so far; the open one (0 = none) */
   mtf_dtype matmul_dtype;      /* operands of two-operand einsums (mtf_graph_set_matmul_dtype); 0 = float32 */
+  int policy_sums;             /* nodes built now are the bf16 policy's, float32 operands (mtf_graph_set_policy_sums) */
   mtf_error error; /* first builder error, sticky */
 };
 

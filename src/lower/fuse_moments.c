@@ -59,3 +59,35 @@ void mtf_lw_fuse_moments(mtf_lowering *lw) {
     p->stats.fused_optimizer_updates++;
   }
 }
+
+/* The bf16 policy's sum of squares of `grad`: an einsum of it with itself to a scalar (float32 throughout). */
+static int policy_squares(const mtf_step *s, int grad) {
+  return s->kind == MTF_STEP_KERNEL && s->op == MTF_OP_EINSUM && s->phase == MTF_PHASE_WHOLE && s->n_in == 2 &&
+         s->in[0] == grad && s->in[1] == grad && s->bf16_policy && s->out_shape.rank == 0 && s->out_dtype == MTF_F32 &&
+         s->in_dtype[0] == MTF_F32 && s->in_dtype[1] == MTF_F32 && !s->fused;
+}
+
+/* A bf16 run's gradient norm without clipping is built after the updates (train/optimizer.c): each gradient's
+ * sum of squares, an einsum that reads the gradient again from memory, can be summed by the fused adam_update
+ * that reads it anyway, with the einsum kernel's blocked lanes (the same bits). Only where no step between the
+ * update and the einsum writes the gradient; the einsum's result buffer then lives from the update on. */
+void mtf_lw_fuse_grad_norm(mtf_lowering *lw) {
+  mtf_plan *p = lw->plan;
+  for (int t = 0; t < p->n_steps; t++) {
+    mtf_step *adam = &p->steps[t];
+    if (adam->kind != MTF_STEP_KERNEL || adam->op != MTF_OP_ADAM_UPDATE || !adam->fused_moments) continue;
+    int grad = adam->moments_grad;
+    for (int e = t + 1; e < p->n_steps; e++) {
+      mtf_step *sum = &p->steps[e];
+      if (policy_squares(sum, grad) && mtf_shape_num_elements(&sum->in_shape[0]) ==
+                                           mtf_shape_num_elements(&adam->out_shape)) {
+        adam->squares_out = sum->out + 1;
+        sum->fused = 1;
+        if (p->buffers[sum->out].first_step > t) p->buffers[sum->out].first_step = t;
+        p->stats.fused_grad_norm_squares++;
+        break;
+      }
+      if (touches(sum, grad, 0, 1)) break;
+    }
+  }
+}

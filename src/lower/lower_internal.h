@@ -26,6 +26,9 @@ void mtf_lw_weight_copies(mtf_lowering *lw);
 /* AdamW's moving averages of m and v folded into the adam_update step that reads them (fuse_moments.c;
  * mtf_plan_options.fuse_optimizer). */
 void mtf_lw_fuse_moments(mtf_lowering *lw);
+/* A fused adam_update also sums its gradient's squares for a later einsum (fuse_moments.c;
+ * mtf_plan_options.fuse_grad_norm). */
+void mtf_lw_fuse_grad_norm(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

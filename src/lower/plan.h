@@ -91,6 +91,10 @@ typedef struct mtf_step {
    * averages' own steps are then marked `fused` and the executor skips them. */
   int fused_moments, moments_grad, fused;
   float moments_keep[2], moments_add[2];
+  /* fuse_moments.c (mtf_plan_options.fuse_grad_norm): a fused adam_update that also writes the sum of squares of
+   * its gradient (the bf16 policy's dot, exec/cpu/rowops.h) into buffer squares_out - 1 (0: none), the output of
+   * a later einsum step then marked `fused`. */
+  int squares_out;
 } mtf_step;
 
 /* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */

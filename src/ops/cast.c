@@ -38,6 +38,8 @@ void mtf_graph_set_matmul_dtype(mtf_graph *g, mtf_dtype dtype) {
 
 mtf_dtype mtf_graph_matmul_dtype(const mtf_graph *g) { return g->matmul_dtype; }
 
+void mtf_graph_set_policy_sums(mtf_graph *g, int on) { g->policy_sums = on != 0; }
+
 static int cast_infer(mtf_graph *g, mtf_node *n) {
   const mtf_node *x = &g->nodes[n->inputs[0]];
   if (!float_dtype(x->dtype) || !float_dtype(n->params.cast.to))

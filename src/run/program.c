@@ -11,6 +11,7 @@ static int optimizer_config(const mtf_config *cfg, mtf_optimizer_config *opt, mt
   MTF_CHECK(mtf_optimizer_parse_kind(cfg->train.optimizer, &kind, err));
   mtf_optimizer_defaults(kind, opt);
   opt->clip_grad_norm = (float)cfg->train.clip_grad_norm;
+  opt->policy_sums = cfg->model.bf16_matmuls;
   if (kind == MTF_OPT_ADAMW) {
     opt->beta1 = (float)cfg->train.beta1;
     opt->beta2 = (float)cfg->train.beta2;
@@ -105,7 +106,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
                               .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
                               .bf16_weight_copies = runs_step_by_step(cfg),
                               .arena_alignment = mtf_run_arena_alignment(cfg),
-                              .fuse_optimizer = runs_step_by_step(cfg)};
+                              .fuse_optimizer = runs_step_by_step(cfg),
+                              .fuse_grad_norm = cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);
@@ -115,7 +117,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, n_fetches - 1, fetches, p->first_accumulate,
                                     p->first_update - p->first_accumulate, &options, train, err);
   free(fetches);
-  mtf_plan_options apply_options = {.arena_alignment = options.arena_alignment, .fuse_optimizer = options.fuse_optimizer};
+  mtf_plan_options apply_options = {.arena_alignment = options.arena_alignment, .fuse_optimizer = options.fuse_optimizer,
+                                    .fuse_grad_norm = options.fuse_grad_norm};
   if (rc == MTF_OK)
     rc = mtf_plan_create_with_assigns(g, mesh, rules, rank, 1, &p->grad_norm, p->first_update,
                                       mtf_graph_num_assigns(g) - p->first_update, &apply_options, apply, err);

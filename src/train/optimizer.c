@@ -230,11 +230,14 @@ static int apply_adafactor(mtf_graph *g, const mtf_optimizer_config *cfg, mtf_te
 
 /* sqrt of the sum of every gradient element squared: a reduce_sum to a scalar, whose allreduce over split
  * dims the engine adds, so a sharded element is counted once and a replicated one is not counted twice. */
-static mtf_tensor global_norm(mtf_graph *g, int n, const mtf_tensor *grads) {
+static mtf_tensor global_norm(mtf_graph *g, int n, const mtf_tensor *grads, int policy_sums) {
   if (n == 0) return mtf_constant(g, &scalar_shape, 0.0f);
   mtf_tensor sum = MTF_NO_TENSOR;
   for (int i = 0; i < n; i++) {
+    /* the einsum alone: its readers (the adds) outside the policy keep the partial sums float32 */
+    mtf_graph_set_policy_sums(g, policy_sums);
     mtf_tensor part = sum_of_squares(g, grads[i]);
+    mtf_graph_set_policy_sums(g, 0);
     sum = i == 0 ? part : mtf_add(g, sum, part);
   }
   return mtf_sqrt(g, sum);
@@ -278,7 +281,11 @@ int mtf_optimizer_apply(mtf_graph *g, const mtf_optimizer_config *cfg, int n, co
    * otherwise leave step unused). */
   learning_rate = mtf_multiply(g, learning_rate, mtf_scalar_add(g, mtf_scalar_multiply(g, step, 0.0f), 1.0f));
   mtf_tensor norm = MTF_NO_TENSOR, clip_scale = MTF_NO_TENSOR;
-  if (grad_norm || cfg->clip_grad_norm > 0) norm = mtf_set_name(g, global_norm(g, n, grads), "optimizer/grad_norm");
+  /* A bf16 run without clipping builds the norm after the updates: an adam_update, which reads its gradient,
+   * can then sum the squares in the same pass (lower/fuse_moments.c); an fp32 run's plan stays as it was. */
+  int norm_last = cfg->policy_sums && cfg->clip_grad_norm <= 0;
+  if ((grad_norm && !norm_last) || cfg->clip_grad_norm > 0)
+    norm = mtf_set_name(g, global_norm(g, n, grads, cfg->policy_sums), "optimizer/grad_norm");
   if (cfg->clip_grad_norm > 0) {
     /* min(1, c / (norm + 1e-6)) = c / max(norm + 1e-6, c) */
     float c = cfg->clip_grad_norm;
@@ -302,6 +309,7 @@ int mtf_optimizer_apply(mtf_graph *g, const mtf_optimizer_config *cfg, int n, co
     if (rc != MTF_OK)
       return mtf_error_prefix(err, "%s update of '%s'", optimizer_names[cfg->kind], mtf_tensor_name(g, vars[i]));
   }
+  if (grad_norm && norm_last) norm = mtf_set_name(g, global_norm(g, n, grads, cfg->policy_sums), "optimizer/grad_norm");
   if (grad_norm) *grad_norm = norm;
   return mtf_graph_status(g, err);
 }

@@ -58,6 +58,9 @@ typedef struct mtf_optimizer_config {
   int64_t min_dim_size_to_factor;  /* adafactor: factor only when both largest dims are at least this
                                       (128, Mesh TF's default; 0 factors every variable of >= 2 dims) */
   float clip_grad_norm;            /* global gradient-norm clipping threshold; 0 = off (default) */
+  int policy_sums;                 /* a bf16 run: the gradient norm's sums of squares are the bf16 policy's
+                                      (mtf_graph_set_policy_sums), and without clipping they are built after
+                                      the updates, where an update may sum them in its own pass; 0 = fp32's */
 } mtf_optimizer_config;
 
 /* Fills cfg with the defaults above for `kind`. */

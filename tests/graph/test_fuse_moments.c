@@ -4,7 +4,12 @@
  * the loss, every weight and every slot equal bit for bit after each of several runs, with the hidden dim whole
  * and split over the job's mesh (argv[1]); the plan fuses exactly the two AdamW variables, not the SGD one; a
  * slot read between its moving average and the update (a fetch of m' before the update would see it) keeps
- * that variable unfused. */
+ * that variable unfused.
+ * With a bf16 run's gradient norm (mtf_graph_set_policy_sums, built after the updates) and fuse_grad_norm on cpu:
+ * the two AdamW updates sum their gradients' squares and those einsums are skipped, the SGD variable's stays;
+ * the norm, loss and weights equal the plan without that fusion bit for bit, and the norm equals a double
+ * computation from the fetched gradients within 1e-6. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,12 +30,12 @@ static mtf_shape shape_of(const char *text) {
 
 typedef struct model {
   mtf_graph *g;
-  mtf_tensor x, lr, step, loss, w[3], slots[2][2], read_m;
+  mtf_tensor x, lr, step, loss, w[3], slots[2][2], read_m, grads[3], norm;
 } model;
 
 /* loss = sum(((x w1) w2) w3)^2 / B; AdamW on w1 and w2, SGD on w3. With `read_slot`, a fetched value reads w2's
  * new m before w2's update, which must then stay three passes. */
-static model build(int read_slot) {
+static model build(int read_slot, int with_norm) {
   model m;
   m.g = mtf_graph_create(13);
   mtf_graph *g = m.g;
@@ -44,7 +49,7 @@ static model build(int read_slot) {
   m.w[2] = mtf_variable(g, "w3", &w3s, MTF_INIT_NORMAL, 0.5f);
   mtf_tensor z = mtf_einsum2(g, mtf_einsum2(g, mtf_einsum2(g, m.x, m.w[0], &hs), m.w[1], &es), m.w[2], &zs);
   m.loss = mtf_scalar_multiply(g, mtf_reduce_sum(g, mtf_square(g, z), &scalar), 1.0f / B);
-  mtf_tensor grads[3];
+  mtf_tensor *grads = m.grads;
   if (mtf_gradients(g, m.loss, 3, m.w, grads) != MTF_OK) fail_job("gradients", NULL);
   mtf_assign(g, m.w[2], mtf_subtract(g, m.w[2], mtf_multiply(g, grads[2], m.lr)));
   m.read_m = MTF_NO_TENSOR;
@@ -62,6 +67,17 @@ static model build(int read_slot) {
     mtf_assign(g, m.slots[i][1], new_v);
     mtf_assign(g, m.w[i], mtf_adam_update(g, m.w[i], new_m, new_v, m.lr, m.step, 0.9f, 0.999f, 1e-8f, 0.01f));
   }
+  m.norm = MTF_NO_TENSOR;
+  if (with_norm) { /* as train/optimizer.c builds a bf16 run's norm without clipping: after the updates */
+    mtf_tensor sum = MTF_NO_TENSOR;
+    for (int i = 0; i < 3; i++) {
+      mtf_graph_set_policy_sums(g, 1);
+      mtf_tensor part = mtf_einsum2(g, grads[i], grads[i], &scalar);
+      mtf_graph_set_policy_sums(g, 0);
+      sum = i == 0 ? part : mtf_add(g, sum, part);
+    }
+    m.norm = mtf_sqrt(g, sum);
+  }
   mtf_error err;
   if (mtf_graph_status(g, &err)) fail_job("graph", &err);
   return m;
@@ -75,7 +91,7 @@ static int fused_steps(const mtf_plan *p) {
 
 static void run_case(const char *backend, const char *layout, int read_slot, const mtf_shape *mesh, mtf_comm *comm,
                      int rank) {
-  model m = build(read_slot);
+  model m = build(read_slot, 0);
   mtf_error err;
   mtf_layout_rules rules;
   mtf_plan *plan[2];
@@ -125,6 +141,65 @@ static void run_case(const char *backend, const char *layout, int read_slot, con
   mtf_graph_destroy(m.g);
 }
 
+/* The gradient norm's squares summed by the fused updates (fuse_grad_norm) against the same plan without. */
+static void run_norm_case(const char *layout, const mtf_shape *mesh, mtf_comm *comm, int rank) {
+  model m = build(0, 1);
+  mtf_error err;
+  mtf_layout_rules rules;
+  mtf_plan *plan[2];
+  mtf_session *s[2];
+  mtf_session_options options = {.backend = "cpu", .poison_freed = 1};
+  if (mtf_layout_rules_parse(layout, &rules, &err)) fail_job(layout, &err);
+  mtf_tensor fetches[5] = {m.loss, m.norm, m.grads[0], m.grads[1], m.grads[2]};
+  for (int c = 0; c < 2; c++) { /* c = 1: the squares fused; c = 0 fetches the gradients for the reference */
+    mtf_plan_options po = {.fuse_optimizer = 1, .fuse_grad_norm = c};
+    if (mtf_plan_create_with_options(m.g, mesh, &rules, rank, c ? 2 : 5, fetches, &po, &plan[c], &err) ||
+        mtf_session_create(plan[c], comm, &options, &s[c], &err))
+      fail_job(layout, &err);
+  }
+  CHECK(plan[0]->stats.fused_grad_norm_squares == 0 && plan[0]->stats.fused_optimizer_updates == 2);
+  CHECK(plan[1]->stats.fused_grad_norm_squares == 2 && fused_steps(plan[1]) == 2 * 2 + 2);
+  int same = 1;
+  double worst = 0.0;
+  for (int run = 0; run < RUNS; run++) {
+    float step = (float)(run + 1), lr = 0.05f, x[B * D], loss[2], norm[2];
+    static float vars[2][3][D * H], grads[3][D * H];
+    for (int i = 0; i < B * D; i++) x[i] = (float)((i * 5 + run * 3) % 13) * 0.15f - 0.9f;
+    for (int c = 0; c < 2; c++) {
+      if (mtf_session_set_input(s[c], m.x, x, &err) || mtf_session_set_input(s[c], m.lr, &lr, &err) ||
+          mtf_session_set_input(s[c], m.step, &step, &err) || mtf_session_run(s[c], &err) ||
+          mtf_session_fetch(s[c], m.loss, &loss[c], &err) || mtf_session_fetch(s[c], m.norm, &norm[c], &err))
+        fail_job("run", &err);
+      memset(vars[c], 0, sizeof vars[c]);
+      for (int k = 0; k < 3; k++)
+        if (mtf_session_fetch(s[c], m.w[k], vars[c][k], &err)) fail_job("fetch", &err);
+    }
+    double squares = 0.0;
+    for (int k = 0; k < 3; k++) {
+      int64_t n = mtf_shape_num_elements(mtf_tensor_shape(m.g, m.grads[k]));
+      if (mtf_session_fetch(s[0], m.grads[k], grads[k], &err)) fail_job("fetch", &err);
+      for (int64_t i = 0; i < n; i++) squares += (double)grads[k][i] * grads[k][i];
+    }
+    worst = fmax(worst, fabs(norm[1] - sqrt(squares)) / sqrt(squares));
+    int equal = memcmp(loss, loss + 1, sizeof(float)) == 0 && memcmp(norm, norm + 1, sizeof(float)) == 0 &&
+                memcmp(vars[0], vars[1], sizeof vars[0]) == 0;
+    if (!equal && rank == 0)
+      fprintf(stderr, "layout '%s' run %d: norm fused %.9g, unfused %.9g, or the loss or a weight differs\n", layout,
+              run, norm[1], norm[0]);
+    same &= equal;
+  }
+  CHECK(same && worst < 1e-6);
+  if (rank == 0)
+    printf("%s cpu layout '%s': the norm's squares of 2 AdamW gradients summed by their updates; %d runs, norm, loss "
+           "and weights equal bit for bit, norm within %.1e of the double sum\n",
+           same && worst < 1e-6 ? "ok  " : "FAIL", layout, RUNS, worst);
+  for (int c = 0; c < 2; c++) {
+    mtf_session_destroy(s[c]);
+    mtf_plan_destroy(plan[c]);
+  }
+  mtf_graph_destroy(m.g);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank;
@@ -137,6 +212,10 @@ int main(int argc, char **argv) {
   run_case(backend, "", 0, &mesh, comm, rank);
   run_case(backend, "h:m", 0, &mesh, comm, rank);
   run_case(backend, "", 1, &mesh, comm, rank);
+  if (strcmp(backend, "cpu") == 0) { /* cpu's adam_update kernel sums the squares (mtf_plan_options.fuse_grad_norm) */
+    run_norm_case("", &mesh, comm, rank);
+    run_norm_case("h:m", &mesh, comm, rank);
+  }
   mtf_comm_destroy(comm);
   int status = check_mpi_summary();
   MPI_Finalize();

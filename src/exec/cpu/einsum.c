@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
+#include "exec/cpu/rowops.h"
 #include "ops/einsum_dims.h"
 
 static const float *prepare(int threads, const mtf_shape *shape, const float *data, const mtf_shape *batch,
@@ -42,7 +43,10 @@ int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const fl
   float *c = d.c_packed ? part[4] : out;
   /* A product with one row or one column is a matrix-vector product: sgemv streams the matrix once, where
    * OpenBLAS's sgemm packs it first (decoding one token at a time, the weights are such matrices: 5x). */
-  if (M == 1 || N == 1) {
+  if (M == 1 && N == 1 && st->bf16_policy) { /* a dot product under the bf16 policy (a bf16 run's gradient norm):
+                                                 * lanes at memory speed, where a one-row sgemv runs at 1 GFLOP/s */
+    for (int64_t i = 0; i < d.nb; i++) c[i] = (float)mtf_dot_blocked(ap + i * K, bp + i * K, K);
+  } else if (M == 1 || N == 1) {
     for (int64_t i = 0; i < d.nb; i++) {
       const float *A = ap + i * M * K, *B = bp + i * K * N;
       float *C = c + i * M * N;

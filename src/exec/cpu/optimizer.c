@@ -3,6 +3,7 @@
  * output's local shape (the ops' shape rule), so these are flat loops the compiler can vectorise. */
 #include "exec/cpu/bf16.h"
 #include "exec/cpu/cpu.h"
+#include "exec/cpu/rowops.h"
 #include "exec/cpu/strided.h"
 #include "ops/optimizer_ops.h"
 
@@ -36,16 +37,21 @@ static int k_adam_update(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   const float eps = st->params.adam.epsilon, wd = st->params.adam.weight_decay;
   float *out = a->out;
   mtf_bf16 *copy = a->bf16_copy; /* lower/weight_copies.c: rounded a block at a time, while it is in cache */
+  double squares = 0.0;          /* the gradient's, for a fused einsum (squares_out): its blocks in its order */
+  _Static_assert(MTF_CPU_BF16_BLOCK % MTF_DOT_BLOCK == 0, "the update's blocks must be whole blocks of the dot");
   for (int64_t i0 = 0; i0 < n; i0 += MTF_CPU_BF16_BLOCK) {
     int64_t end = n - i0 < MTF_CPU_BF16_BLOCK ? n : i0 + MTF_CPU_BF16_BLOCK;
     if (st->fused_moments) { /* the slots' moving averages first (lower/fuse_moments.c), in place */
       const float *g = (const float *)a->moments_grad + i0;
       moving_average_span(end - i0, m + i0, g, st->moments_keep[0], st->moments_add[0], 1, (float *)m + i0);
       moving_average_span(end - i0, v + i0, g, st->moments_keep[1], st->moments_add[1], 2, (float *)v + i0);
+      for (int64_t j = 0; a->squares && j < end - i0; j += MTF_DOT_BLOCK)
+        squares += mtf_block_dot(g + j, g + j, end - i0 - j < MTF_DOT_BLOCK ? end - i0 - j : MTF_DOT_BLOCK);
     }
     for (int64_t i = i0; i < end; i++) out[i] = w[i] - lr * ((m[i] * inv_c1) / (sqrtf(v[i] * inv_c2) + eps) + wd * w[i]);
     if (copy) mtf_cpu_round(out + i0, copy + i0, end - i0);
   }
+  if (a->squares) a->squares[0] = (float)squares;
   return MTF_OK;
 }
 

@@ -48,6 +48,28 @@ static inline float mtf_row_max(const float *x, int64_t n) {
   for (; j < (n); j++) total += TERM(j);                                                                    \
   return total
 
+/* sum_j x_j y_j over at most a block, in double lanes (a gradient's squares would overflow float ones). The one
+ * dot product of the bf16 policy's float32 einsums (einsum.c: a bf16 run's gradient norm) and of an
+ * adam_update that sums its gradient's squares in its own pass (lower/fuse_moments.c): both take blocks of
+ * MTF_DOT_BLOCK elements in order and add the blocks' sums in a double, so both give the same bits. */
+#define MTF_DOT_BLOCK 512
+static inline double mtf_block_dot(const float *x, const float *y, int64_t n) {
+  double lane[MTF_LANES] = {0};
+  int64_t j = 0;
+  for (; j + MTF_LANES <= n; j += MTF_LANES)
+    for (int k = 0; k < MTF_LANES; k++) lane[k] += (double)x[j + k] * (double)y[j + k];
+  double s = 0.0;
+  for (int k = 0; k < MTF_LANES; k++) s += lane[k];
+  for (; j < n; j++) s += (double)x[j] * (double)y[j];
+  return s;
+}
+
+static inline double mtf_dot_blocked(const float *x, const float *y, int64_t n) {
+  double total = 0.0;
+  for (int64_t j = 0; j < n; j += MTF_DOT_BLOCK) total += mtf_block_dot(x + j, y + j, n - j < MTF_DOT_BLOCK ? n - j : MTF_DOT_BLOCK);
+  return total;
+}
+
 /* Plain sums and sums of squares have double lanes: float lanes would overflow where the mean and the
  * result do not (|x| > 1.8e19 squared, 16 x 3e38 summed), and the norms must stay finite there as they
  * were with double loops. */
