@@ -274,6 +274,7 @@ typedef struct mtf_plan_stats {
   int64_t bf16_weight_copy_bytes; /* those copies' bytes on this rank, kept between runs */
   int fused_optimizer_updates;    /* adam_update steps that run their moving averages too (fuse_optimizer) */
   int fused_grad_norm_squares;    /* of those, steps that also sum their gradient's squares (fuse_grad_norm) */
+  int xent_grads_from_loss;       /* cross-entropy gradients that read the forward's loss (xent_grad_from_loss) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -308,6 +309,12 @@ typedef struct mtf_plan_options {
    * gradient, in its pass, with the einsum's arithmetic (lower/fuse_moments.c): one read of every gradient
    * less per step. For backends whose adam_update kernel does (cpu: the run layer sets it there). */
   int fuse_grad_norm;
+  /* Under the bf16 policy, a cross-entropy gradient (no label smoothing, no z-loss, the vocab whole on the rank)
+   * reads the forward's per-row loss, lse - x[label], and takes its logsumexp from it instead of recomputing the
+   * rows' max and sum of exponentials: one pass over the logits instead of three (lower/fuse_xent.c). The
+   * values differ from the recomputed ones by about a float rounding of the loss (2^-24 relative). For backends
+   * whose kernel does (cpu: the run layer sets it there). */
+  int xent_grad_from_loss;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

@@ -95,6 +95,9 @@ typedef struct mtf_step {
    * its gradient (the bf16 policy's dot, exec/cpu/rowops.h) into buffer squares_out - 1 (0: none), the output of
    * a later einsum step then marked `fused`. */
   int squares_out;
+  /* fuse_xent.c (mtf_plan_options.xent_grad_from_loss): a cross-entropy gradient's buffer + 1 of the forward's
+   * per-row loss (0: none), from which its kernel takes each row's logsumexp. */
+  int xent_loss;
 } mtf_step;
 
 /* Gradient allreduces reduced together as one non-blocking collective over a contiguous range. */

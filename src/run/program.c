@@ -82,6 +82,8 @@ static int runs_step_by_step(const mtf_config *cfg) {
   return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
 }
 
+static int on_cpu(const mtf_config *cfg) { return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0; }
+
 int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend, "cuda", 4) == 0 ? 256 : 0; }
 
 /* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */
@@ -107,7 +109,8 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
                               .bf16_weight_copies = runs_step_by_step(cfg),
                               .arena_alignment = mtf_run_arena_alignment(cfg),
                               .fuse_optimizer = runs_step_by_step(cfg),
-                              .fuse_grad_norm = cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0};
+                              .fuse_grad_norm = on_cpu(cfg),
+                              .xent_grad_from_loss = on_cpu(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);

@@ -226,12 +226,31 @@ static inline void xent_row_apply(const mtf_step *st, float max, double sum, flo
   if (local >= 0 && local < len) out[local * stride] -= (1.0f - eps) * dy;
 }
 
+/* The row from the forward's loss (lower/fuse_xent.c: no smoothing, no z-loss, the whole vocab here): its
+ * logsumexp is loss + x[label] (the forward's loss is lse - x[label]), so one pass writes exp(x - lse) dy. */
+static inline void xent_row_from_loss(const mtf_step *st, float loss, float dy, int64_t label, const float *x,
+                                      int64_t len, int64_t stride, float *out) {
+  int64_t local = label - st->dim_offset;
+  int here = local >= 0 && local < len;
+  float lse = (float)((double)loss + (here ? (double)x[local * stride] : 0.0));
+  if (stride == 1)
+    for (int64_t j = 0; j < len; j++) out[j] = mtf_expf(x[j] - lse) * dy;
+  else
+    for (int64_t j = 0; j < len; j++) out[j * stride] = mtf_expf(x[j * stride] - lse) * dy;
+  if (here) out[local * stride] -= dy;
+}
+
 /* One row: x its logits (stride apart), o its gradient's row (WHOLE, APPLY), out the step's output (the
  * per-row statistics of MAX and STATS). */
 static inline void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row,
                             const float *x, int64_t stride, float *o, float *out) {
   switch (st->phase) {
     case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
+      if (a->xent_loss) {
+        xent_row_from_loss(st, a->xent_loss[row], ((const float *)a->in[2])[row],
+                           mtf_cpu_index(a->in[1], st->in_dtype[1], row), x, r->len, stride, o);
+        break;
+      }
       float m = xent_row_max(x, r->len, stride);
       double sum = xent_row_exp(x, m, r->len, stride, o);
       float dy = ((const float *)a->in[2])[row];

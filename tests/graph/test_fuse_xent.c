@@ -1,0 +1,147 @@
+/* The cross-entropy gradient from the forward's loss (lower/fuse_xent.c, mtf_plan_options.xent_grad_from_loss).
+ * A bf16-policy model, logits = x w, the mean cross-entropy (plain, then with a z-loss, which must stay
+ * unfused), planned with and without the option on the job's mesh (argv[1]) under three layouts: the vocab
+ * whole (the gradient reads the loss: 1 step), the batch split (1 step per rank) and the vocab split (the
+ * gradient's phases: not fused). Over several runs: the loss equals the unfused plan's bit for bit (the forward
+ * is the same) and the logits' gradient (fetched in float32) agrees within 1e-5 of its largest element, the
+ * difference of one float rounding of the loss; a double-precision softmax of the fetched logits gives the same
+ * gradient within 1e-5. */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../check_mpi.h"
+#include "comm/mpi_comm.h"
+#include "lower/plan.h"
+#include "mtf.h"
+
+enum { B = 4, T = 3, D = 8, V = 40, RUNS = 3 };
+
+static mtf_shape shape_of(const char *text) {
+  mtf_shape s;
+  mtf_error err;
+  if (mtf_shape_parse(text, "test", &s, &err)) fail_job("shape", &err);
+  return s;
+}
+
+typedef struct model {
+  mtf_graph *g;
+  mtf_tensor x, labels, w, logits, loss, dlogits;
+} model;
+
+static model build(float z_loss) {
+  model m;
+  m.g = mtf_graph_create(5);
+  mtf_graph *g = m.g;
+  mtf_shape xs = shape_of("b:4,t:3,d:8"), ws = shape_of("d:8,v:40"), ls = shape_of("b:4,t:3"), scalar = {0};
+  m.x = mtf_input(g, "x", &xs);
+  m.labels = mtf_input_int(g, "labels", &ls);
+  m.w = mtf_variable(g, "w", &ws, MTF_INIT_NORMAL, 1.0f);
+  mtf_graph_set_matmul_dtype(g, MTF_BF16); /* the model's ops under the bf16 policy, as a bf16 run builds them */
+  mtf_shape logits_shape = shape_of("b:4,t:3,v:40");
+  mtf_tensor product = mtf_einsum2(g, m.x, m.w, &logits_shape);
+  m.logits = mtf_scalar_multiply(g, product, 1.0f); /* a float32 tensor of its own, to differentiate against */
+  mtf_tensor xent = mtf_softmax_cross_entropy(g, m.logits, m.labels, "v", z_loss);
+  m.loss = mtf_scalar_multiply(g, mtf_reduce_sum(g, xent, &scalar), 1.0f / (B * T));
+  mtf_graph_set_matmul_dtype(g, MTF_F32);
+  if (mtf_gradients(g, m.loss, 1, &m.logits, &m.dlogits) != MTF_OK) fail_job("gradients", NULL);
+  mtf_error err;
+  if (mtf_graph_status(g, &err)) fail_job("graph", &err);
+  return m;
+}
+
+/* The mean cross-entropy's gradient in double from the logits: (softmax - one_hot) / (B T). */
+static double reference_error(const float *logits, const int32_t *labels, const float *dlogits) {
+  double worst = 0.0, largest = 0.0;
+  for (int r = 0; r < B * T; r++) {
+    const float *x = logits + r * V;
+    double m = -INFINITY, sum = 0.0;
+    for (int j = 0; j < V; j++) m = fmax(m, x[j]);
+    for (int j = 0; j < V; j++) sum += exp(x[j] - m);
+    for (int j = 0; j < V; j++) {
+      double want = (exp(x[j] - m) / sum - (j == labels[r] ? 1.0 : 0.0)) / (B * T);
+      worst = fmax(worst, fabs(dlogits[r * V + j] - want));
+      largest = fmax(largest, fabs(want));
+    }
+  }
+  return worst / largest;
+}
+
+/* with_logits: the logits fetched too (so stored as float32) for the double reference; else bf16-stored, as
+ * in a bf16 run, and read so by both kernels. */
+static void run_case(float z_loss, const char *layout, int with_logits, int want_fused, const mtf_shape *mesh,
+                     mtf_comm *comm, int rank) {
+  model m = build(z_loss);
+  mtf_error err;
+  mtf_layout_rules rules;
+  mtf_plan *plan[2];
+  mtf_session *s[2];
+  mtf_session_options options = {.backend = "cpu", .poison_freed = 1};
+  if (mtf_layout_rules_parse(layout, &rules, &err)) fail_job(layout, &err);
+  mtf_tensor fetches[3] = {m.loss, m.dlogits, m.logits};
+  for (int c = 0; c < 2; c++) { /* c = 1: the gradient from the loss */
+    mtf_plan_options po = {.bf16_storage = 1, .xent_grad_from_loss = c};
+    if (mtf_plan_create_with_options(m.g, mesh, &rules, rank, with_logits ? 3 : 2, fetches, &po, &plan[c], &err) ||
+        mtf_session_create(plan[c], comm, &options, &s[c], &err))
+      fail_job(layout, &err);
+  }
+  int fused = plan[1]->stats.xent_grads_from_loss;
+  CHECK(plan[0]->stats.xent_grads_from_loss == 0 && fused == want_fused);
+  int same_loss = 1;
+  double worst = 0.0, worst_reference = 0.0;
+  for (int run = 0; run < RUNS; run++) {
+    float x[B * T * D], loss[2], logits[B * T * V] = {0};
+    static float dlogits[2][B * T * V];
+    int32_t labels[B * T];
+    for (int i = 0; i < B * T * D; i++) x[i] = (float)((i * 7 + run * 5) % 17) * 0.25f - 2.0f;
+    for (int i = 0; i < B * T; i++) labels[i] = (i * 11 + run * 3) % V;
+    for (int c = 0; c < 2; c++) {
+      if (mtf_session_set_input(s[c], m.x, x, &err) || mtf_session_set_input_int(s[c], m.labels, labels, &err) ||
+          mtf_session_run(s[c], &err) || mtf_session_fetch(s[c], m.loss, &loss[c], &err) ||
+          mtf_session_fetch(s[c], m.dlogits, dlogits[c], &err) ||
+          (with_logits && mtf_session_fetch(s[c], m.logits, logits, &err)))
+        fail_job("run", &err);
+    }
+    same_loss &= memcmp(&loss[0], &loss[1], sizeof(float)) == 0;
+    double largest = 0.0, diff = 0.0;
+    for (int i = 0; i < B * T * V; i++) {
+      largest = fmax(largest, fabs(dlogits[0][i]));
+      diff = fmax(diff, fabs(dlogits[1][i] - dlogits[0][i]));
+    }
+    worst = fmax(worst, diff / largest);
+    if (with_logits && z_loss == 0.0f) worst_reference = fmax(worst_reference, reference_error(logits, labels, dlogits[1]));
+  }
+  int ok = same_loss && worst < 1e-5 && worst_reference < 1e-5;
+  CHECK(ok);
+  if (rank == 0)
+    printf("%s z_loss %g layout '%s'%s: %d gradient step(s) from the loss; %d runs, loss equal bit for bit, gradient "
+           "within %.1e of the unfused plan's%s\n",
+           ok ? "ok  " : "FAIL", z_loss, layout, with_logits ? ", float32 logits" : ", bf16 logits", fused, RUNS, worst,
+           with_logits ? " and of a double softmax's" : "");
+  for (int c = 0; c < 2; c++) {
+    mtf_session_destroy(s[c]);
+    mtf_plan_destroy(plan[c]);
+  }
+  mtf_graph_destroy(m.g);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  mtf_shape mesh = shape_of(argc > 1 ? argv[1] : "m:1");
+  mtf_comm *comm;
+  mtf_error err;
+  if (mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) fail_job("comm", &err);
+  run_case(0.0f, "", 1, 1, &mesh, comm, rank);
+  run_case(0.0f, "", 0, 1, &mesh, comm, rank);
+  run_case(0.0f, "b:m", 0, 1, &mesh, comm, rank);
+  run_case(0.0f, "b:m", 1, 1, &mesh, comm, rank);
+  run_case(0.0f, "v:m", 0, 0, &mesh, comm, rank); /* a vocab laid out split: the gradient's phases, not fused */
+  run_case(1e-3f, "", 0, 0, &mesh, comm, rank);   /* a z-loss: the loss is not lse - x[label] */
+  mtf_comm_destroy(comm);
+  int status = check_mpi_summary();
+  MPI_Finalize();
+  return status;
+}
