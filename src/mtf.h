@@ -275,6 +275,7 @@ typedef struct mtf_plan_stats {
   int fused_optimizer_updates;    /* adam_update steps that run their moving averages too (fuse_optimizer) */
   int fused_grad_norm_squares;    /* of those, steps that also sum their gradient's squares (fuse_grad_norm) */
   int xent_grads_from_loss;       /* cross-entropy gradients that read the forward's loss (xent_grad_from_loss) */
+  int fused_scatter_adds;         /* scatter_adds that add into the other term of their sum (fuse_scatter_add) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -315,6 +316,11 @@ typedef struct mtf_plan_options {
    * values differ from the recomputed ones by about a float rounding of the loss (2^-24 relative). For backends
    * whose kernel does (cpu: the run layer sets it there). */
   int xent_grad_from_loss;
+  /* Under the bf16 policy, a scatter_add (an embedding's gradient) whose only reader adds it to another term of
+   * its shape (a tied embedding's other gradient) scatters into a copy of that term, or into it in place, and
+   * the add is skipped: one pass over the table less and no zeroing (lower/fuse_scatter.c). The sums' order
+   * changes (rows added into the term, not into zeros first). For backends whose kernel does (cpu). */
+  int fuse_scatter_add;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

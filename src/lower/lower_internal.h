@@ -31,6 +31,9 @@ void mtf_lw_fuse_moments(mtf_lowering *lw);
 void mtf_lw_fuse_grad_norm(mtf_lowering *lw);
 /* Cross-entropy gradients that read the forward's loss (fuse_xent.c; mtf_plan_options.xent_grad_from_loss). */
 void mtf_lw_fuse_xent(mtf_lowering *lw);
+/* scatter_adds that add into the other term of their only reader's sum (fuse_scatter.c;
+ * mtf_plan_options.fuse_scatter_add). */
+void mtf_lw_fuse_scatter(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

@@ -357,7 +357,11 @@ static int embedding(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *
   int v = mtf_shape_index_of(table, st->params.along.dim);
   int64_t units = scatter ? table->dims[v].size : mtf_shape_num_elements(&st->in_shape[1]);
   int64_t elements = scatter ? mtf_shape_num_elements(table) : mtf_shape_num_elements(&st->out_shape);
-  if (scatter) mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(table), a->out);
+  if (scatter && a->scatter_base) { /* lower/fuse_scatter.c: into the other term of the sum (or over it) */
+    if (a->scatter_base != a->out) memcpy(a->out, a->scatter_base, sizeof(float) * (size_t)mtf_shape_num_elements(table));
+  } else if (scatter) {
+    mtf_cpu_fill_parallel(b->threads, 0.0f, mtf_shape_num_elements(table), a->out);
+  }
   embedding_job job = {st, a, scatter};
   mtf_cpu_parallel_for(mtf_cpu_threads(b->threads, elements), units, embedding_chunk, &job);
   return MTF_OK;
