@@ -9,25 +9,11 @@
  * the finished step list, before buckets and the memory plan (the gradient's lifetime grows to the update). */
 #include "lower/lower_internal.h"
 
-/* The step before `before` that writes buffer b, or -1. */
-static int writer_before(const mtf_plan *p, int b, int before) {
-  for (int t = before - 1; t >= 0; t--)
-    if (p->steps[t].out == b) return t;
-  return -1;
-}
-
 /* A moving average of `slot` with the given power, in place, of one float32 gradient and no decay input. */
 static int plain_moving_average(const mtf_step *s, int slot, int power) {
   return s->kind == MTF_STEP_KERNEL && s->op == MTF_OP_MOVING_AVERAGE && s->phase == MTF_PHASE_WHOLE && s->n_in == 2 &&
          s->params.moment.power == power && s->out == slot && s->in[0] == slot && s->out_dtype == MTF_F32 &&
          s->in_dtype[0] == MTF_F32 && s->in_dtype[1] == MTF_F32 && mtf_shape_equal(&s->in_shape[1], &s->out_shape);
-}
-
-static int touches(const mtf_step *s, int b, int reads, int writes) {
-  if (writes && s->out == b) return 1;
-  for (int k = 0; reads && k < s->n_in; k++)
-    if (s->in[k] == b) return 1;
-  return 0;
 }
 
 void mtf_lw_fuse_moments(mtf_lowering *lw) {
@@ -36,7 +22,7 @@ void mtf_lw_fuse_moments(mtf_lowering *lw) {
     mtf_step *adam = &p->steps[t];
     if (adam->kind != MTF_STEP_KERNEL || adam->op != MTF_OP_ADAM_UPDATE || adam->phase != MTF_PHASE_WHOLE) continue;
     int m = adam->in[1], v = adam->in[2];
-    int tm = writer_before(p, m, t), tv = writer_before(p, v, t);
+    int tm = mtf_lw_writer_before(p, m, t), tv = mtf_lw_writer_before(p, v, t);
     if (tm < 0 || tv < 0 || m == v) continue;
     const mtf_step *sm = &p->steps[tm], *sv = &p->steps[tv];
     if (!plain_moving_average(sm, m, 1) || !plain_moving_average(sv, v, 2) || sm->in[1] != sv->in[1]) continue;
@@ -44,7 +30,9 @@ void mtf_lw_fuse_moments(mtf_lowering *lw) {
     int grad = sm->in[1], first = tm < tv ? tm : tv, clear = 1;
     for (int u = first + 1; u < t && clear; u++) {
       if (u == tm || u == tv) continue;
-      clear = !touches(&p->steps[u], m, 1, 1) && !touches(&p->steps[u], v, 1, 1) && !touches(&p->steps[u], grad, 0, 1);
+      const mtf_step *s = &p->steps[u];
+      clear = !mtf_lw_step_touches(s, m, 1, 1) && !mtf_lw_step_touches(s, v, 1, 1) &&
+              !mtf_lw_step_touches(s, grad, 0, 1);
     }
     if (!clear) continue;
     adam->fused_moments = 1;
@@ -87,7 +75,7 @@ void mtf_lw_fuse_grad_norm(mtf_lowering *lw) {
         p->stats.fused_grad_norm_squares++;
         break;
       }
-      if (touches(sum, grad, 0, 1)) break;
+      if (mtf_lw_step_touches(sum, grad, 0, 1)) break;
     }
   }
 }

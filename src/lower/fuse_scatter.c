@@ -10,13 +10,6 @@
 
 #include "lower/lower_internal.h"
 
-static int touches(const mtf_step *s, int b) {
-  if (s->out == b) return 1;
-  for (int k = 0; k < s->n_in; k++)
-    if (s->in[k] == b) return 1;
-  return 0;
-}
-
 /* Steps other than `except` that read buffer b. */
 static int other_readers(const mtf_plan *p, int b, int except) {
   int n = 0;
@@ -34,9 +27,7 @@ void mtf_lw_fuse_scatter(mtf_lowering *lw) {
         !mtf_shape_equal(&add->in_shape[0], &add->out_shape) || !mtf_shape_equal(&add->in_shape[1], &add->out_shape))
       continue;
     for (int k = 0; k < 2; k++) {
-      int scattered = add->in[k], term = add->in[1 - k], s = -1;
-      for (int u = t - 1; u >= 0 && s < 0; u--)
-        if (p->steps[u].out == scattered) s = u;
+      int scattered = add->in[k], term = add->in[1 - k], s = mtf_lw_writer_before(p, scattered, t);
       if (s < 0 || term == scattered || add->in_dtype[1 - k] != MTF_F32) continue;
       mtf_step *scatter = &p->steps[s];
       if (scatter->kind != MTF_STEP_KERNEL || scatter->op != MTF_OP_SCATTER_ADD || scatter->phase != MTF_PHASE_WHOLE ||
@@ -45,7 +36,8 @@ void mtf_lw_fuse_scatter(mtf_lowering *lw) {
           p->buffers[scattered].last_step == INT_MAX)
         continue;
       int clear = 1;
-      for (int u = s + 1; u < t && clear; u++) clear = !touches(&p->steps[u], term) && !touches(&p->steps[u], add->out);
+      for (int u = s + 1; u < t && clear; u++)
+        clear = !mtf_lw_step_touches(&p->steps[u], term, 1, 1) && !mtf_lw_step_touches(&p->steps[u], add->out, 1, 1);
       for (int k2 = 0; k2 < scatter->n_in && clear; k2++) clear = scatter->in[k2] != add->out;
       if (!clear) continue;
       scatter->scatter_base = term + 1;

@@ -10,8 +10,6 @@
 
 #include "lower/lower_internal.h"
 
-static int writes(const mtf_step *s, int b) { return s->out == b; }
-
 static int plain_xent(const mtf_step *s, mtf_op_kind op) {
   return s->kind == MTF_STEP_KERNEL && s->op == op && s->phase == MTF_PHASE_WHOLE &&
          s->params.xent.label_smoothing == 0.0f && s->params.xent.z_loss == 0.0f;
@@ -28,14 +26,14 @@ void mtf_lw_fuse_xent(mtf_lowering *lw) {
       if (plain_xent(fwd, MTF_OP_SOFTMAX_XENT) && fwd->n_in == 2 && fwd->in[0] == logits && fwd->in[1] == labels &&
           fwd->out_dtype == MTF_F32 && strcmp(fwd->params.xent.dim, grad->params.xent.dim) == 0) {
         int loss = fwd->out, clear = 1;
-        for (int u = f + 1; u < t && clear; u++) clear = !writes(&p->steps[u], loss);
+        for (int u = f + 1; u < t && clear; u++) clear = !mtf_lw_step_touches(&p->steps[u], loss, 0, 1);
         if (!clear) break;
         grad->xent_loss = loss + 1;
         if (p->buffers[loss].last_step < t) p->buffers[loss].last_step = t;
         p->stats.xent_grads_from_loss++;
         break;
       }
-      if (writes(fwd, logits) || writes(fwd, labels)) break;
+      if (mtf_lw_step_touches(fwd, logits, 0, 1) || mtf_lw_step_touches(fwd, labels, 0, 1)) break;
     }
   }
 }

@@ -26,6 +26,19 @@ void mtf_lw_weight_copies(mtf_lowering *lw);
 /* AdamW's moving averages of m and v folded into the adam_update step that reads them (fuse_moments.c;
  * mtf_plan_options.fuse_optimizer). */
 void mtf_lw_fuse_moments(mtf_lowering *lw);
+/* The post-passes' questions of a finished step list: does step s read (reads) or write (writes) buffer b; the
+ * step before `before` that writes b, or -1. */
+static inline int mtf_lw_step_touches(const mtf_step *s, int b, int reads, int writes) {
+  if (writes && s->out == b) return 1;
+  for (int k = 0; reads && k < s->n_in; k++)
+    if (s->in[k] == b) return 1;
+  return 0;
+}
+static inline int mtf_lw_writer_before(const mtf_plan *p, int b, int before) {
+  for (int t = before - 1; t >= 0; t--)
+    if (p->steps[t].out == b) return t;
+  return -1;
+}
 /* A fused adam_update also sums its gradient's squares for a later einsum (fuse_moments.c;
  * mtf_plan_options.fuse_grad_norm). */
 void mtf_lw_fuse_grad_norm(mtf_lowering *lw);
