@@ -31,9 +31,10 @@ static int plan_option(void *ctx, int opt, const char *value) {
  * backward pass. */
 static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf_plan_stats *stats) {
   if (stats->allreduce_buckets == 0) {
-    printf("gradient allreduce: not bucketed (%s)\n", cfg->train.allreduce_bucket_mb > 0
-                                                          ? "no weight gradient is summed over a mesh axis"
-                                                          : "train.allreduce_bucket_mb is 0: one blocking allreduce each");
+    printf("gradient allreduce: not bucketed (%s)\n",
+           strcmp(cfg->train.allreduce_overlap, "off") == 0 ? "train.allreduce_overlap is off: one blocking allreduce each"
+           : cfg->train.allreduce_bucket_mb > 0             ? "no weight gradient is summed over a mesh axis"
+                                                            : "train.allreduce_bucket_mb is 0: one blocking allreduce each");
     return;
   }
   int gradients = 0;
@@ -52,6 +53,10 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
   }
   if (strcmp(cfg->grad_reduce, "bf16") == 0) printf(" (sent as bf16: backend.grad_reduce)");
   printf("\n");
+  if (strcmp(cfg->train.allreduce_overlap, "auto") == 0 && strcmp(cfg->grad_reduce, "bf16") != 0 &&
+      (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
+    printf("gradient allreduce: blocking instead, one each, where every rank of the job runs on one node "
+           "(train.allreduce_overlap auto; on keeps the buckets)\n");
 }
 
 static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {

@@ -107,6 +107,10 @@ static const key_spec schema[] = {
     {"train.eval_batches", KEY_INT, F(train.eval_batches), "4", 1, BIG, NULL, "batches per evaluation"},
     {"train.allreduce_bucket_mb", KEY_FLOAT, F(train.allreduce_bucket_mb), "4", 0, 1024, NULL,
      "MiB of weight gradients per non-blocking allreduce, overlapped with the backward pass (0 = blocking, one each)"},
+    {"train.allreduce_overlap", KEY_CHOICE, F(train.allreduce_overlap), "auto", 0, 0, "auto|on|off",
+     "on: the gradient buckets above; off: one blocking allreduce per gradient; auto: off on the cpu backend when "
+     "every rank runs on one node (MPI's shared-memory copies then run on the ranks' own cores, and the "
+     "non-blocking ones measured slower), on otherwise and with grad_reduce bf16"},
     {"train.microbatches", KEY_INT, F(train.microbatches), "1", 1, 1 << 24, NULL,
      "forward+backward passes per step over train.batch / microbatches sequences each, gradients accumulated"},
     {"train.recompute", KEY_CHOICE, F(train.recompute), "none", 0, 0, "none|block",
@@ -621,6 +625,10 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
                          "but train.allreduce_bucket_mb is 0 (no buckets): set it above 0 (4 is the default), or "
                          "grad_reduce: fp32", src);
+  if (strcmp(cfg->grad_reduce, "bf16") == 0 && strcmp(cfg->train.allreduce_overlap, "off") == 0)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
+                         "but train.allreduce_overlap is off (no buckets): set it to auto or on, or grad_reduce: fp32",
+                         src);
   if (strcmp(cfg->grad_reduce, "bf16") == 0 && strcmp(cfg->backend, "pjrt") == 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the pjrt backend "
                          "(its compiled program sums gradients in fp32): use grad_reduce: fp32", src);

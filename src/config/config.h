@@ -57,6 +57,7 @@ typedef struct mtf_train_config {
   double clip_grad_norm, weight_decay, beta1, beta2, momentum;
   int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;
   double allreduce_bucket_mb; /* gradient bucket size; 0 = a blocking allreduce per gradient */
+  char allreduce_overlap[MTF_CONFIG_TEXT]; /* auto | on | off: the buckets overlapped, or blocking allreduces */
   int64_t microbatches;            /* gradient accumulation: forward+backward passes per step (divides batch) */
   char recompute[MTF_CONFIG_TEXT]; /* none | block: recompute each transformer block in the backward pass */
 } mtf_train_config;

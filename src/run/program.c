@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/world.h"
 #include "train/optimizer.h"
 
 static int optimizer_config(const mtf_config *cfg, mtf_optimizer_config *opt, mtf_error *err) {
@@ -86,6 +87,19 @@ static int on_cpu(const mtf_config *cfg) { return cfg->backend[0] == '\0' || str
 
 int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend, "cuda", 4) == 0 ? 256 : 0; }
 
+/* auto: MPI moves a non-blocking collective only inside MPI calls, so between ranks of one node the copies run
+ * on the cores that compute, and Open MPI's non-blocking allreduce copies more than its blocking one (the
+ * small GPT on b:2, bf16: 6% less wall time blocking, docs/PERFORMANCE.md). Across nodes the network moves
+ * the bytes, and NCCL (cuda) has its own engine; bf16 on the wire needs the buckets. Without MPI (mtf plan)
+ * the job's placement is unknown and the plan shows the buckets. */
+int mtf_run_overlaps_gradients(const mtf_config *cfg) {
+  if (strcmp(cfg->train.allreduce_overlap, "on") == 0) return 1;
+  if (strcmp(cfg->train.allreduce_overlap, "off") == 0) return 0;
+  if (!on_cpu(cfg) || strcmp(cfg->grad_reduce, "bf16") == 0) return 1;
+  int world = mtf_world_size();
+  return world == 1 || mtf_world_ranks_on_node() < world;
+}
+
 /* The train (and apply) plan of p's graph for `rank` of `mesh` under `rules`. */
 static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf_shape *mesh,
                           const mtf_layout_rules *rules, int rank, mtf_plan **train, mtf_plan **apply, mtf_error *err) {
@@ -103,7 +117,9 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
     fetches[4 + 3 * i] = p->train_model.moe[i].aux_loss;
   }
   fetches[n_fetches - 1] = p->grad_norm;
-  mtf_plan_options options = {.allreduce_bucket_bytes = (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0),
+  mtf_plan_options options = {.allreduce_bucket_bytes = mtf_run_overlaps_gradients(cfg)
+                                                            ? (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)
+                                                            : 0,
                               .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
                               .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
                               .bf16_weight_copies = runs_step_by_step(cfg),

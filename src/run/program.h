@@ -48,6 +48,10 @@ typedef struct mtf_program_plans {
 int mtf_program_build(const mtf_config *cfg, int rank, mtf_program *out, mtf_error *err);
 /* The arena alignment the config's backend wants (mtf_plan_options.arena_alignment): 256 bytes for cuda. */
 int mtf_run_arena_alignment(const mtf_config *cfg);
+
+/* Whether the gradient allreduces go in non-blocking buckets (train.allreduce_overlap; its auto asks the MPI
+ * world: call it where every rank does, after mtf_world_ranks_on_node's first, collective call). */
+int mtf_run_overlaps_gradients(const mtf_config *cfg);
 void mtf_program_free(mtf_program *p);
 /* The same plans as mtf_program_build's (fetches, assigns, options) for p's graph on another mesh and rank:
  * the pjrt backend runs every rank of the device mesh from one process, so it makes them all on one graph. */

@@ -93,6 +93,14 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
   printf("train: per rank %.1f MiB activations (planned peak), %.1f MiB variables; MFU against peak %s\n",
          (mem.train_arena + mem.apply_arena) / 1048576.0,
          (mem.parameters + mem.optimizer_state + mem.accumulators) / 1048576.0, peak_text);
+  const mtf_plan_stats *stats = mtf_plan_get_stats(st->program.train_plan);
+  if (stats->allreduce_buckets > 0)
+    printf("train: gradient allreduces in %d non-blocking buckets, overlapped with the backward pass\n",
+           stats->allreduce_buckets);
+  else if (st->comm->size > 1 && !mtf_run_overlaps_gradients(cfg))
+    printf("train: gradient allreduces blocking, one each (train.allreduce_overlap %s%s)\n",
+           cfg->train.allreduce_overlap,
+           strcmp(cfg->train.allreduce_overlap, "auto") == 0 ? ": every rank on one node, cpu" : "");
   fflush(stdout);
 }
 
