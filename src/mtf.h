@@ -275,6 +275,7 @@ typedef struct mtf_plan_stats {
   int fused_optimizer_updates;    /* adam_update steps that run their moving averages too (fuse_optimizer) */
   int fused_grad_norm_squares;    /* of those, steps that also sum their gradient's squares (fuse_grad_norm) */
   int xent_grads_from_loss;       /* cross-entropy gradients that read the forward's loss (xent_grad_from_loss) */
+  int xent_merged;                /* cross-entropy gradients that compute the loss too, the forward skipped (same) */
   int fused_scatter_adds;         /* scatter_adds that add into the other term of their sum (fuse_scatter_add) */
 } mtf_plan_stats;
 
@@ -313,8 +314,10 @@ typedef struct mtf_plan_options {
   /* Under the bf16 policy, a cross-entropy gradient (no label smoothing, no z-loss, the vocab whole on the rank)
    * reads the forward's per-row loss, lse - x[label], and takes its logsumexp from it instead of recomputing the
    * rows' max and sum of exponentials: one pass over the logits instead of three (lower/fuse_xent.c). The
-   * values differ from the recomputed ones by about a float rounding of the loss (2^-24 relative). For backends
-   * whose kernel does (cpu: the run layer sets it there). */
+   * values differ from the recomputed ones by about a float rounding of the loss (2^-24 relative). Where the
+   * steps allow it (training: dy does not depend on the loss), the gradient step computes the loss as well and the
+   * forward step is skipped: one pass instead of two (the loss bit for bit the forward's). For backends whose
+   * kernel does (cpu: the run layer sets it there). */
   int xent_grad_from_loss;
   /* Under the bf16 policy, a scatter_add (an embedding's gradient) whose only reader adds it to another term of
    * its shape (a tied embedding's other gradient) scatters into a copy of that term, or into it in place, and

@@ -23,6 +23,7 @@ typedef struct mtf_kernel_args {
   const void *moments_grad; /* adam_update with step->fused_moments: the gradient its moving averages read */
   float *squares;           /* adam_update with step->squares_out: where the sum of that gradient's squares goes */
   const float *xent_loss;   /* softmax_cross_entropy_grad with step->xent_loss: the forward's per-row loss */
+  float *xent_loss_out;      /* the same with step->xent_writes_loss: where the kernel writes that loss itself */
   const float *scatter_base; /* scatter_add with step->scatter_base: the term its rows are added into */
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
   /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */

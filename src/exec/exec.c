@@ -559,7 +559,8 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       if (st->bf16_copy > 0) args.bf16_copy = buffer_data(s, st->bf16_copy - 1);
       if (st->fused_moments) args.moments_grad = buffer_data(s, st->moments_grad);
       if (st->squares_out > 0) args.squares = buffer_data(s, st->squares_out - 1);
-      if (st->xent_loss > 0) args.xent_loss = buffer_data(s, st->xent_loss - 1);
+      if (st->xent_loss > 0 && st->xent_writes_loss) args.xent_loss_out = buffer_data(s, st->xent_loss - 1);
+      else if (st->xent_loss > 0) args.xent_loss = buffer_data(s, st->xent_loss - 1);
       if (st->scatter_base > 0) args.scatter_base = buffer_data(s, st->scatter_base - 1);
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;

@@ -98,6 +98,9 @@ typedef struct mtf_step {
   /* fuse_xent.c (mtf_plan_options.xent_grad_from_loss): a cross-entropy gradient's buffer + 1 of the forward's
    * per-row loss (0: none), from which its kernel takes each row's logsumexp. */
   int xent_loss;
+  /* fuse_xent.c's merge: the gradient computes the loss into buffer xent_loss - 1 itself (the forward step is
+   * then `fused`), rather than reading it. */
+  int xent_writes_loss;
   /* fuse_scatter.c (mtf_plan_options.fuse_scatter_add): a scatter_add's buffer + 1 of the term it adds its rows
    * into (0: none; into zeros), written to the step's output first unless it is that buffer. */
   int scatter_base;

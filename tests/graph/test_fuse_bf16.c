@@ -1,10 +1,11 @@
 /* The bf16 policy's plan fusions on cpu, each against the same graph planned without it.
  *
- * The cross-entropy gradient from the forward's loss (lower/fuse_xent.c, mtf_plan_options.xent_grad_from_loss).
- * A bf16-policy model, logits = x w, the mean cross-entropy (plain, then with a z-loss, which must stay
+ * The cross-entropy gradient with the forward (lower/fuse_xent.c, mtf_plan_options.xent_grad_from_loss).
+ * A bf16-policy model, logits = x w, the mean cross-entropy (plain, squared, then with a z-loss, which must stay
  * unfused), planned with and without the option on the job's mesh (argv[1]) under three layouts: the vocab
- * whole (the gradient reads the loss: 1 step), the batch split (1 step per rank) and the vocab split (the
- * gradient's phases: not fused). Over several runs: the loss equals the unfused plan's bit for bit (the forward
+ * whole (the gradient merged with the forward: 1 step; squared, dy reads the loss, so the gradient reads the
+ * loss instead), the batch split (the same, 1 step per rank) and the vocab split (the gradient's phases: not
+ * fused). Over several runs: the loss equals the unfused plan's bit for bit (the forward
  * is the same) and the logits' gradient (fetched in float32) agrees within 1e-5 of its largest element, the
  * difference of one float rounding of the loss; a double-precision softmax of the fetched logits gives the same
  * gradient within 1e-5. */
@@ -35,7 +36,8 @@ typedef struct model {
   mtf_tensor x, labels, w, logits, loss, dlogits;
 } model;
 
-static model build(float z_loss) {
+/* squared: the mean of the squared cross-entropy, whose gradient's dy reads the forward's loss (no merge) */
+static model build(float z_loss, int squared) {
   model m;
   m.g = mtf_graph_create(5);
   mtf_graph *g = m.g;
@@ -48,6 +50,7 @@ static model build(float z_loss) {
   mtf_tensor product = mtf_einsum2(g, m.x, m.w, &logits_shape);
   m.logits = mtf_scalar_multiply(g, product, 1.0f); /* a float32 tensor of its own, to differentiate against */
   mtf_tensor xent = mtf_softmax_cross_entropy(g, m.logits, m.labels, "v", z_loss);
+  if (squared) xent = mtf_square(g, xent);
   m.loss = mtf_scalar_multiply(g, mtf_reduce_sum(g, xent, &scalar), 1.0f / (B * T));
   mtf_graph_set_matmul_dtype(g, MTF_F32);
   if (mtf_gradients(g, m.loss, 1, &m.logits, &m.dlogits) != MTF_OK) fail_job("gradients", NULL);
@@ -75,9 +78,9 @@ static double reference_error(const float *logits, const int32_t *labels, const 
 
 /* with_logits: the logits fetched too (so stored as float32) for the double reference; else bf16-stored, as
  * in a bf16 run, and read so by both kernels. */
-static void run_case(float z_loss, const char *layout, int with_logits, int want_fused, const mtf_shape *mesh,
-                     mtf_comm *comm, int rank) {
-  model m = build(z_loss);
+static void run_case(float z_loss, int squared, const char *layout, int with_logits, int want_merged,
+                     int want_from_loss, const mtf_shape *mesh, mtf_comm *comm, int rank) {
+  model m = build(z_loss, squared);
   mtf_error err;
   mtf_layout_rules rules;
   mtf_plan *plan[2];
@@ -91,8 +94,9 @@ static void run_case(float z_loss, const char *layout, int with_logits, int want
         mtf_session_create(plan[c], comm, &options, &s[c], &err))
       fail_job(layout, &err);
   }
-  int fused = plan[1]->stats.xent_grads_from_loss;
-  CHECK(plan[0]->stats.xent_grads_from_loss == 0 && fused == want_fused);
+  int merged = plan[1]->stats.xent_merged, from_loss = plan[1]->stats.xent_grads_from_loss;
+  CHECK(plan[0]->stats.xent_grads_from_loss == 0 && plan[0]->stats.xent_merged == 0 && merged == want_merged &&
+        from_loss == want_from_loss);
   int same_loss = 1;
   double worst = 0.0, worst_reference = 0.0;
   for (int run = 0; run < RUNS; run++) {
@@ -115,15 +119,16 @@ static void run_case(float z_loss, const char *layout, int with_logits, int want
       diff = worse(diff, fabs(dlogits[1][i] - dlogits[0][i]));
     }
     worst = worse(worst, diff / largest);
-    if (with_logits && z_loss == 0.0f) worst_reference = worse(worst_reference, reference_error(logits, labels, dlogits[1]));
+    if (with_logits && z_loss == 0.0f && !squared) worst_reference = worse(worst_reference, reference_error(logits, labels, dlogits[1]));
   }
   int ok = same_loss && worst < 1e-5 && worst_reference < 1e-5;
   CHECK(ok);
   if (rank == 0)
-    printf("%s z_loss %g layout '%s'%s: %d gradient step(s) from the loss; %d runs, loss equal bit for bit, gradient "
-           "within %.1e of the unfused plan's%s\n",
-           ok ? "ok  " : "FAIL", z_loss, layout, with_logits ? ", float32 logits" : ", bf16 logits", fused, RUNS, worst,
-           with_logits ? " and of a double softmax's" : "");
+    printf("%s z_loss %g%s layout '%s'%s: %d gradient step(s) merged with the forward, %d from its loss; %d runs, "
+           "loss equal bit for bit, gradient within %.1e of the unfused plan's%s\n",
+           ok ? "ok  " : "FAIL", z_loss, squared ? " squared" : "", layout,
+           with_logits ? ", float32 logits" : ", bf16 logits", merged, from_loss, RUNS, worst,
+           with_logits && !squared ? " and of a double softmax's" : "");
   for (int c = 0; c < 2; c++) {
     mtf_session_destroy(s[c]);
     mtf_plan_destroy(plan[c]);
@@ -217,12 +222,14 @@ int main(int argc, char **argv) {
   mtf_comm *comm;
   mtf_error err;
   if (mtf_comm_mpi_create(MPI_COMM_WORLD, &mesh, &comm, &err)) fail_job("comm", &err);
-  run_case(0.0f, "", 1, 1, &mesh, comm, rank);
-  run_case(0.0f, "", 0, 1, &mesh, comm, rank);
-  run_case(0.0f, "b:m", 0, 1, &mesh, comm, rank);
-  run_case(0.0f, "b:m", 1, 1, &mesh, comm, rank);
-  run_case(0.0f, "v:m", 0, 0, &mesh, comm, rank); /* a vocab laid out split: the gradient's phases, not fused */
-  run_case(1e-3f, "", 0, 0, &mesh, comm, rank);   /* a z-loss: the loss is not lse - x[label] */
+  run_case(0.0f, 0, "", 1, 1, 0, &mesh, comm, rank);
+  run_case(0.0f, 0, "", 0, 1, 0, &mesh, comm, rank);
+  run_case(0.0f, 0, "b:m", 0, 1, 0, &mesh, comm, rank); /* with the loss's allreduce moved after the gradient */
+  run_case(0.0f, 0, "b:m", 1, 1, 0, &mesh, comm, rank);
+  run_case(0.0f, 1, "", 0, 0, 1, &mesh, comm, rank);    /* dy from the loss: not merged, the gradient reads it */
+  run_case(0.0f, 1, "b:m", 1, 0, 1, &mesh, comm, rank);
+  run_case(0.0f, 0, "v:m", 0, 0, 0, &mesh, comm, rank); /* a vocab laid out split: the gradient's phases, not fused */
+  run_case(1e-3f, 0, "", 0, 0, 0, &mesh, comm, rank);   /* a z-loss: the loss is not lse - x[label] */
   run_scatter_case("", 1, &mesh, comm, rank);
   run_scatter_case("b:m", -1, &mesh, comm, rank); /* split batch: fused where the partial sums allow it */
   run_scatter_case("v:m", -1, &mesh, comm, rank);

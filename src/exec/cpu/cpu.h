@@ -16,6 +16,9 @@ void mtf_cpu_register_optimizer(mtf_kernel_fn *kernels); /* optimizer.c */
 void mtf_cpu_register_select(mtf_kernel_fn *kernels); /* select.c */
 void mtf_cpu_register_write_at(mtf_kernel_fn *kernels); /* write_at.c */
 
+/* One row's cross-entropy from its logsumexp, the label's logit and (label smoothing) the sum of its logits:
+ * the forward kernel's formula (fused.c), which a merged gradient (fused_grad.c) uses for the same bits. */
+float mtf_cpu_xent_value(const struct mtf_step *st, double lse, double target, double sum_x);
 void mtf_cpu_fill(float value, int64_t n, float *out);
 void mtf_cpu_fill_parallel(int threads, float value, int64_t n, float *out);
 void mtf_cpu_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,

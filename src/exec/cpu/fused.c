@@ -166,7 +166,7 @@ static int k_norm(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
 
 /* Cross-entropy: loss = (1 - eps) (lse - x[label]) + eps (lse - sum(x) / vocab) + z * lse^2; labels are
  * global ids, this rank holds [dim_offset, dim_offset + len) of the vocab. */
-static float xent_value(const mtf_step *st, double lse, double target, double sum_x) {
+float mtf_cpu_xent_value(const mtf_step *st, double lse, double target, double sum_x) {
   double eps = st->params.xent.label_smoothing, z = st->params.xent.z_loss;
   double smooth = eps != 0.0 ? eps * (lse - sum_x / (double)st->params.xent.vocab) : 0.0;
   return (float)((1.0 - eps) * (lse - target) + smooth + z * lse * lse);
@@ -200,7 +200,7 @@ static void xent_row_at(const mtf_step *st, const mtf_kernel_args *a, const floa
     out[rows + row] = (float)target;
     if (smoothed) out[2 * rows + row] = (float)sum_x;
   } else {
-    out[row] = xent_value(st, m + log(sum), target, sum_x);
+    out[row] = mtf_cpu_xent_value(st, m + log(sum), target, sum_x);
   }
 }
 
@@ -246,7 +246,7 @@ static int k_xent(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
     int64_t count = mtf_shape_num_elements(&st->out_shape);
     int smoothed = st->params.xent.label_smoothing != 0.0f;
     for (int64_t row = 0; row < count; row++)
-      out[row] = xent_value(st, m[row] + log((double)stats[row]), stats[count + row],
+      out[row] = mtf_cpu_xent_value(st, m[row] + log((double)stats[row]), stats[count + row],
                             smoothed ? stats[2 * count + row] : 0.0);
     return MTF_OK;
   }

@@ -240,12 +240,39 @@ static inline void xent_row_from_loss(const mtf_step *st, float loss, float dy, 
   if (here) out[local * stride] -= dy;
 }
 
+/* The row of a merged forward and gradient (lower/fuse_xent.c: no smoothing, no z-loss, the whole vocab here):
+ * the forward's loss, from the same max, float-lane sum and formula as its kernel (fused.c), then the gradient
+ * from the exponentials kept in o. */
+static inline void xent_row_with_loss(const mtf_step *st, const mtf_kernel_args *a, int64_t row, const float *x,
+                                      int64_t len, int64_t stride, float *o) {
+  float m = xent_row_max(x, len, stride);
+  int64_t label = mtf_cpu_index(a->in[1], st->in_dtype[1], row), local = label - st->dim_offset;
+  double target = local >= 0 && local < len ? x[local * stride] : 0.0; /* before o, which may be x, is written */
+  double sum;
+  if (stride == 1) {
+    sum = mtf_row_sum_exp_into(x, len, m, o);
+  } else {
+    sum = 0; /* as the forward's strided rows: libm's exp in double */
+    for (int64_t j = 0; j < len; j++) {
+      double e = exp((double)x[j * stride] - m);
+      sum += e;
+      o[j * stride] = (float)e;
+    }
+  }
+  a->xent_loss_out[row] = mtf_cpu_xent_value(st, m + log(sum), target, 0.0);
+  xent_row_apply(st, m, sum, ((const float *)a->in[2])[row], label, len, stride, o);
+}
+
 /* One row: x its logits (stride apart), o its gradient's row (WHOLE, APPLY), out the step's output (the
  * per-row statistics of MAX and STATS). */
 static inline void xent_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row,
                             const float *x, int64_t stride, float *o, float *out) {
   switch (st->phase) {
     case MTF_PHASE_WHOLE: { /* in: logits, labels, dy */
+      if (a->xent_loss_out) {
+        xent_row_with_loss(st, a, row, x, r->len, stride, o);
+        break;
+      }
       if (a->xent_loss) {
         xent_row_from_loss(st, a->xent_loss[row], ((const float *)a->in[2])[row],
                            mtf_cpu_index(a->in[1], st->in_dtype[1], row), x, r->len, stride, o);

@@ -93,6 +93,13 @@ static inline double mtf_row_sum_exp(const float *x, int64_t n, float m) {
 #undef TERM
 }
 
+/* out_j = exp(x_j - m), returning the sum mtf_row_sum_exp returns (float lanes), bit for bit. */
+static inline double mtf_row_sum_exp_into(const float *x, int64_t n, float m, float *out) {
+#define TERM(i) (out[i] = mtf_expf(x[i] - m))
+  MTF_ROW_SUM_BODY(n, float, TERM);
+#undef TERM
+}
+
 /* out_j = exp(x_j - m), returning sum_j out_j summed as mtf_row_sum sums out: the same value as those two
  * passes, in one. */
 static inline double mtf_row_exp_sum(const float *x, int64_t n, float m, float *out) {
