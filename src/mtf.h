@@ -277,6 +277,7 @@ typedef struct mtf_plan_stats {
   int xent_grads_from_loss;       /* cross-entropy gradients that read the forward's loss (xent_grad_from_loss) */
   int xent_merged;                /* cross-entropy gradients that compute the loss too, the forward skipped (same) */
   int fused_scatter_adds;         /* scatter_adds that add into the other term of their sum (fuse_scatter_add) */
+  int fused_product_adds;         /* einsums that add into the other term of their sum (fuse_product_add) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -324,6 +325,11 @@ typedef struct mtf_plan_options {
    * the add is skipped: one pass over the table less and no zeroing (lower/fuse_scatter.c). The sums' order
    * changes (rows added into the term, not into zeros first). For backends whose kernel does (cpu). */
   int fuse_scatter_add;
+  /* Under the bf16 policy, an einsum whose float32 result only an add of its shape reads, with the other term
+   * dying there (the residual stream and its gradient), adds its result into that term's buffer itself and the
+   * add is skipped: one pass over three buffers less (lower/fuse_add.c). For backends whose kernel does (cpu:
+   * oneDNN's sum post-op; the float32 accumulation may differ in the last bits). */
+  int fuse_product_add;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

@@ -101,6 +101,9 @@ typedef struct mtf_step {
   /* fuse_xent.c's merge: the gradient computes the loss into buffer xent_loss - 1 itself (the forward step is
    * then `fused`), rather than reading it. */
   int xent_writes_loss;
+  /* fuse_add.c (mtf_plan_options.fuse_product_add): an einsum that adds its result into what its output buffer
+   * holds (the other term of a skipped add) instead of overwriting it. */
+  int accumulate;
   /* fuse_scatter.c (mtf_plan_options.fuse_scatter_add): a scatter_add's buffer + 1 of the term it adds its rows
    * into (0: none; into zeros), written to the step's output first unless it is that buffer. */
   int scatter_base;

@@ -101,6 +101,7 @@ typedef struct product_key {
   int64_t a_step, b_step, c_step; /* elements from one problem of the batch to the next; 0: dense */
   int ta, tb;
   int c_bf16; /* the result rounded to bfloat16 (a bf16-stored activation), else float32 */
+  int sum_into; /* c += the product (oneDNN's sum post-op; float32 c): an einsum step's `accumulate` */
   int threads; /* oneDNN splits the work by the OpenMP threads there are when the primitive is made */
 } product_key;
 
@@ -128,7 +129,7 @@ static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, in
 static int same_key(const product_key *x, const product_key *y) { /* field by field: the struct has padding */
   return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->a_step == y->a_step &&
          x->b_step == y->b_step && x->c_step == y->c_step && x->ta == y->ta && x->tb == y->tb &&
-         x->c_bf16 == y->c_bf16 && x->threads == y->threads;
+         x->c_bf16 == y->c_bf16 && x->sum_into == y->sum_into && x->threads == y->threads;
 }
 
 static const product *find_product(const product_key *key, mtf_error *err) {
@@ -153,10 +154,20 @@ static const product *find_product(const product_key *key, mtf_error *err) {
   strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_step, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
   dnnl_matmul_desc_t desc;
   dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t post_ops = NULL;
   dnnl_status_t rc = dnnl_matmul_desc_init(&desc, &p->a, &p->b, NULL, &p->c);
-  if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &desc, NULL, engine, NULL);
+  if (rc == dnnl_success && key->sum_into) {
+    rc = dnnl_primitive_attr_create(&attr);
+    if (rc == dnnl_success) rc = dnnl_post_ops_create(&post_ops);
+    if (rc == dnnl_success) rc = dnnl_post_ops_append_sum(post_ops, 1.0f);
+    if (rc == dnnl_success) rc = dnnl_primitive_attr_set_post_ops(attr, post_ops);
+  }
+  if (rc == dnnl_success) rc = dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL);
   if (rc == dnnl_success) rc = dnnl_primitive_create(&p->primitive, pd);
   if (pd) dnnl_primitive_desc_destroy(pd);
+  if (post_ops) dnnl_post_ops_destroy(post_ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
   if (rc != dnnl_success) {
     mtf_error_set(err, MTF_ERR_INVALID, "oneDNN: no bf16 matmul for [%lld] x [%lld, %lld] x [%lld, %lld] (status %d)",
                   (long long)key->batch, (long long)key->m, (long long)key->k, (long long)key->k, (long long)key->n,
@@ -184,6 +195,7 @@ static int onednn_product(int threads, const product_key *shape, const void *a, 
   product_key key = *shape;
   key.threads = threads > 0 ? threads : 1;
   if (key.batch * key.m * key.n == 0) return MTF_OK;
+  if (key.k == 0 && key.sum_into) return MTF_OK; /* nothing to add */
   if (key.k == 0) { /* an empty sum: zeros (oneDNN would leave c as it is) */
     memset(c, 0, (key.c_bf16 ? sizeof(mtf_bf16) : sizeof(float)) * (size_t)(key.batch * key.m * key.n));
     return MTF_OK;
@@ -245,25 +257,37 @@ static int float_result_of(mtf_backend *be, const mtf_step *st, const mtf_kernel
   return float_result(be, st, a, &d, out);
 }
 
+/* An `accumulate` step on a path with no sum post-op: the product apart, then added into out. */
+static int added_into_out(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a, const mtf_einsum_dims *d) {
+  int64_t n = mtf_shape_num_elements(&st->out_shape);
+  float *result = malloc(sizeof(float) * (size_t)(n ? n : 1)), *out = a->out;
+  if (!result) return MTF_ERR_NOMEM;
+  int rc = float_result(be, st, a, d, result);
+  for (int64_t i = 0; rc == MTF_OK && i < n; i++) out[i] += result[i];
+  free(result);
+  return rc;
+}
+
 int mtf_cpu_einsum_bf16(mtf_backend *be, const mtf_step *st, const mtf_kernel_args *a) {
   pthread_once(&path_once, choose_path);
   mtf_einsum_dims d;
   mtf_einsum_dims_make(&st->in_shape[0], &st->in_shape[1], &st->out_shape, &d);
-  int out_bf16 = st->out_dtype == MTF_BF16;
+  int out_bf16 = st->out_dtype == MTF_BF16, sum_into = st->accumulate && !out_bf16;
   if (native && !d.a_summed && !d.b_summed && !d.a_packed && !d.b_packed) {
     if (!d.c_packed) {
       product_key key = {.batch = d.nb, .m = d.M, .n = d.N, .k = d.K, .ta = d.a_transposed, .tb = d.b_transposed,
-                         .c_bf16 = out_bf16};
+                         .c_bf16 = out_bf16, .sum_into = sum_into};
       return onednn_product(be->threads, &key, a->in[0], a->in[1], a->out);
     }
     /* out = [batch][n][m] (a weight's gradient, say): the same product with the operands' roles swapped,
      * C^T = B^T A^T, lands in place. */
     if (mtf_einsum_order_is(&st->out_shape, &d.batch, &d.n, &d.m)) {
       product_key key = {.batch = d.nb, .m = d.N, .n = d.M, .k = d.K, .ta = !d.b_transposed, .tb = !d.a_transposed,
-                         .c_bf16 = out_bf16};
+                         .c_bf16 = out_bf16, .sum_into = sum_into};
       return onednn_product(be->threads, &key, a->in[1], a->in[0], a->out);
     }
   }
+  if (sum_into) return added_into_out(be, st, a, &d);
   if (!out_bf16) return float_result(be, st, a, &d, a->out);
   return mtf_cpu_float_then_round(be, st, a, float_result_of);
 }

@@ -133,12 +133,19 @@ static inline double norm_sum_of(const mtf_step *st, const float *x, int64_t len
   return norm_row_sum(x, len, stride);
 }
 
+/* accumulate: out += the gradient (an add fused into the step, lower/fuse_add.c), else out = it */
 static inline void norm_row_apply(const float *x, const float *dy, double mean, const norm_sums *s, double n, float eps,
-                                  int layer, int64_t len, int64_t stride, float *out) {
+                                  int layer, int accumulate, int64_t len, int64_t stride, float *out) {
   double r = 1.0 / sqrt(s->squares / n + eps);
   float scale = (float)r, slope = (float)(r * r * r * s->dy_c / n), shift = layer ? (float)(r * s->dy / n) : 0.0f;
   float m = (float)mean;
-  for (int64_t j = 0; j < len; j++) out[j * stride] = scale * dy[j * stride] - slope * (x[j * stride] - m) - shift;
+  if (accumulate)
+    for (int64_t j = 0; j < len; j++) {
+      float g = scale * dy[j * stride] - slope * (x[j * stride] - m) - shift;
+      out[j * stride] += g;
+    }
+  else
+    for (int64_t j = 0; j < len; j++) out[j * stride] = scale * dy[j * stride] - slope * (x[j * stride] - m) - shift;
 }
 
 static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, double n, int64_t stride) {
@@ -152,7 +159,7 @@ static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const
       case MTF_PHASE_WHOLE: {
         double mean = layer ? norm_sum_of(st, x + b, r->len, stride) / n : 0.0;
         norm_sums s = norm_sums_of(st, x + b, dy + b, mean, r->len, stride);
-        norm_row_apply(x + b, dy + b, mean, &s, n, eps, layer, r->len, stride, out + b);
+        norm_row_apply(x + b, dy + b, mean, &s, n, eps, layer, st->accumulate, r->len, stride, out + b);
         break;
       }
       case MTF_PHASE_SUM: out[row] = (float)norm_sum_of(st, x + b, r->len, stride); break;
@@ -168,7 +175,7 @@ static inline void norm_rows(const mtf_step *st, const mtf_kernel_args *a, const
       case MTF_PHASE_APPLY: {
         const float *stats = a->in[2];
         norm_sums s = {stats[row], stats[r->count + row], stats[2 * r->count + row], stats[3 * r->count + row]};
-        norm_row_apply(x + b, dy + b, s.x / n, &s, n, eps, layer, r->len, stride, out + b);
+        norm_row_apply(x + b, dy + b, s.x / n, &s, n, eps, layer, st->accumulate, r->len, stride, out + b);
         break;
       }
       case MTF_PHASE_MAX: break;
