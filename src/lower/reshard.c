@@ -269,6 +269,8 @@ int mtf_lower_reshape(mtf_lowering *lw, int node) {
   mtf_plan *p = lw->plan;
   int input = lw->g->nodes[node].inputs[0], buffer = p->value_buffer[input], out;
   const mtf_tensor_layout *in_layout = &p->layouts[input], *out_layout = &p->layouts[node];
+  /* the same bytes: float32 where its input was kept so (partial sums, storage.c) */
+  if (p->buffers[buffer].dtype == MTF_F32) mtf_lw_keep_float(lw, node);
   if (same_sizes(&in_layout->shape, &out_layout->shape)) { /* a rename: dim i stays dim i */
     MTF_CHECK(mtf_lower_reshard(lw, node, buffer, in_layout, lw->pending[buffer], out_layout, &out));
   } else {

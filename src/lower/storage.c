@@ -5,8 +5,10 @@
  *   - its node was built under the bf16 policy (mtf_node.bf16_policy: the model's forward ops and their
  *     gradients; never the optimizer, the loss's reductions or anything of an fp32 run),
  *   - its op's kernels write bfloat16 (op table: bf16_output),
- *   - every reader in the plan reads it as bfloat16: a cast to bfloat16 (which then aliases it: no step), or
- *     an op under the policy whose kernels read that input as bfloat16 (op table: reads_bf16),
+ *   - every reader in the plan reads it as bfloat16: a cast to bfloat16 (which then aliases it: no step), an
+ *     op under the policy whose kernels read that input as bfloat16 (op table: reads_bf16), or a reshape (a
+ *     rename: the same bytes under other dim names, resharded by dtype-blind steps where layouts differ) all
+ *     of whose own readers do (attention's keys and values are renamed from length to memory_length),
  *   - and it is not fetched, assigned or a source.
  * Lowering may still keep one float32 (mtf_lw_keep_float): a value left as partial sums is summed in fp32. */
 #include <stdlib.h>
@@ -36,6 +38,7 @@ int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, cons
     const mtf_node *n = &g->nodes[i];
     for (int k = 0; k < n->n_inputs; k++) {
       int x = n->inputs[k];
+      if (n->kind == MTF_OP_RESHAPE) continue; /* below, from the reshape's own readers */
       if (!reads_bf16(n, k)) readers[x] = 2;
       else if (readers[x] == 0) readers[x] = 1;
     }
@@ -45,10 +48,20 @@ int mtf_lw_choose_dtypes(mtf_lowering *lw, int bf16_storage, int n_fetches, cons
     readers[g->assigns[a].value] = 2;
     readers[g->assigns[a].variable] = 2;
   }
+  /* A reshape reads its input as its own readers do; later nodes first, so chains of reshapes resolve. */
+  for (int i = count - 1; i >= 0; i--) {
+    const mtf_node *n = &g->nodes[i];
+    if (!needed[i] || n->kind != MTF_OP_RESHAPE) continue;
+    int x = n->inputs[0];
+    if (readers[i] != 1 || !n->bf16_policy) readers[x] = 2;
+    else if (readers[x] == 0) readers[x] = 1;
+  }
   for (int i = 0; i < count; i++) {
     const mtf_node *n = &g->nodes[i];
     if (needed[i] && readers[i] == 1 && n->dtype == MTF_F32 && n->bf16_policy && mtf_op(n->kind)->bf16_output)
       lw->dtype[i] = MTF_BF16;
+    if (needed[i] && n->kind == MTF_OP_RESHAPE && lw->dtype[n->inputs[0]] == MTF_BF16 && n->dtype == MTF_F32)
+      lw->dtype[i] = MTF_BF16; /* the same bytes as its input (inputs come first: already decided) */
   }
   for (int i = 0; i < count; i++) lw->plan->stats.bf16_values += lw->dtype[i] == MTF_BF16 && g->nodes[i].dtype == MTF_F32;
   free(readers);
