@@ -278,7 +278,6 @@ typedef struct mtf_plan_stats {
   int xent_merged;                /* cross-entropy gradients that compute the loss too, the forward skipped (same) */
   int fused_scatter_adds;         /* scatter_adds that add into the other term of their sum (fuse_scatter_add) */
   int fused_product_adds;         /* einsums that add into the other term of their sum (fuse_product_add) */
-  int fused_norm_affines;         /* norms that apply their scale and bias too (fuse_norm_affine) */
 } mtf_plan_stats;
 
 typedef struct mtf_plan_options {
@@ -331,10 +330,6 @@ typedef struct mtf_plan_options {
    * add is skipped: one pass over three buffers less (lower/fuse_add.c). For backends whose kernel does (cpu:
    * oneDNN's sum post-op; the float32 accumulation may differ in the last bits). */
   int fuse_product_add;
-  /* Under the bf16 policy, a norm (its dim the last, in one step) followed by a multiply by a scale vector and an
-   * add of a bias vector writes y s + b itself in the same pass, besides y, and those two steps are skipped: the
-   * same float32 products and sums, bit for bit (lower/fuse_norm.c). For backends whose kernel does (cpu). */
-  int fuse_norm_affine;
 } mtf_plan_options;
 
 /* Checks every tensor against the layout (errors name the tensor, dims and sizes) and builds the plan of

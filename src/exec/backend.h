@@ -25,9 +25,6 @@ typedef struct mtf_kernel_args {
   const float *xent_loss;   /* softmax_cross_entropy_grad with step->xent_loss: the forward's per-row loss */
   float *xent_loss_out;      /* the same with step->xent_writes_loss: where the kernel writes that loss itself */
   const float *scatter_base; /* scatter_add with step->scatter_base: the term its rows are added into */
-  /* a norm with step->affine_out: y s (+ b) goes to affine_out as well (bias NULL: none) */
-  const float *affine_scale, *affine_bias;
-  void *affine_out;
   uint64_t random_offset;  /* mixed into random ops' keys (mtf_session_set_random_offset) */
   /* mtf_session_set_microbatch: random ops number `microbatch_dim` as rows of the whole batch */
   const char *microbatch_dim;

@@ -562,11 +562,6 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
       if (st->xent_loss > 0 && st->xent_writes_loss) args.xent_loss_out = buffer_data(s, st->xent_loss - 1);
       else if (st->xent_loss > 0) args.xent_loss = buffer_data(s, st->xent_loss - 1);
       if (st->scatter_base > 0) args.scatter_base = buffer_data(s, st->scatter_base - 1);
-      if (st->affine_out > 0) {
-        args.affine_out = buffer_data(s, st->affine_out - 1);
-        args.affine_scale = buffer_data(s, st->affine_scale - 1);
-        args.affine_bias = st->affine_bias > 0 ? buffer_data(s, st->affine_bias - 1) : NULL;
-      }
       mtf_kernel_fn kernel = be->kernels[st->op];
       int rc = kernel ? kernel(be, st, &args) : MTF_ERR_INVALID;
       if (rc != MTF_OK) {

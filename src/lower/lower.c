@@ -558,7 +558,6 @@ static int plan_create(const mtf_graph *g, const mtf_shape *mesh, const mtf_layo
   if (rc == MTF_OK && options && options->xent_grad_from_loss) mtf_lw_fuse_xent(&lw);
   if (rc == MTF_OK && options && options->fuse_scatter_add) mtf_lw_fuse_scatter(&lw);
   if (rc == MTF_OK && options && options->fuse_product_add) mtf_lw_fuse_product_add(&lw);
-  if (rc == MTF_OK && options && options->fuse_norm_affine) mtf_lw_fuse_norm_affine(&lw);
   free(lw.pending);
   free(lw.dtype);
   if (rc == MTF_OK && options) rc = mtf_plan_bucket_allreduces(p, options->allreduce_bucket_bytes,

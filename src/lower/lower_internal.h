@@ -49,8 +49,6 @@ void mtf_lw_fuse_xent(mtf_lowering *lw);
 void mtf_lw_fuse_scatter(mtf_lowering *lw);
 /* einsums that add into the other term of their only reader's sum (fuse_add.c; mtf_plan_options.fuse_product_add). */
 void mtf_lw_fuse_product_add(mtf_lowering *lw);
-/* norms that apply their scale and bias too (fuse_norm.c; mtf_plan_options.fuse_norm_affine). */
-void mtf_lw_fuse_norm_affine(mtf_lowering *lw);
 /* The node's value was to be bfloat16 but stays float32 (partial sums are summed in float32). */
 void mtf_lw_keep_float(mtf_lowering *lw, int node);
 

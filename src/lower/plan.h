@@ -104,11 +104,6 @@ typedef struct mtf_step {
   /* fuse_add.c (mtf_plan_options.fuse_product_add): an einsum that adds its result into what its output buffer
    * holds (the other term of a skipped add) instead of overwriting it. */
   int accumulate;
-  /* fuse_norm.c (mtf_plan_options.fuse_norm_affine): a norm that also writes y s (+ b) into buffer affine_out - 1
-   * (dtype affine_dtype), with the scale and bias vectors of buffers affine_scale - 1 and affine_bias - 1 (0: no
-   * bias); the multiply and add steps it stands for are `fused`. */
-  int affine_out, affine_scale, affine_bias;
-  mtf_dtype affine_dtype;
   /* fuse_scatter.c (mtf_plan_options.fuse_scatter_add): a scatter_add's buffer + 1 of the term it adds its rows
    * into (0: none; into zeros), written to the step's output first unless it is that buffer. */
   int scatter_base;

@@ -128,8 +128,7 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
                               .fuse_grad_norm = on_cpu(cfg),
                               .xent_grad_from_loss = on_cpu(cfg),
                               .fuse_scatter_add = on_cpu(cfg),
-                              .fuse_product_add = on_cpu(cfg),
-                              .fuse_norm_affine = on_cpu(cfg)};
+                              .fuse_product_add = on_cpu(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);

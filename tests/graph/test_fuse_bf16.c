@@ -287,65 +287,6 @@ static void run_add_case(const char *layout, int want_fused, const mtf_shape *me
   mtf_graph_destroy(g);
 }
 
-/* A norm's scale and bias in its kernel (lower/fuse_norm.c, mtf_plan_options.fuse_norm_affine), under the bf16
- * policy: z = norm(x over `dim`) s (+ b), h = z w, loss = sum(h^2) / (B T), a layer norm with scale and bias or
- * an RMS norm with a scale. Fused against unfused: the loss and the gradients of x, s (and b) and w equal bit for
- * bit (the same float32 products and sums); a norm over a dim that is not the last is left alone. */
-static void run_norm_case(int layer, const char *dim, const char *layout, int want_fused, const mtf_shape *mesh,
-                          mtf_comm *comm, int rank) {
-  mtf_graph *g = mtf_graph_create(17);
-  mtf_shape xs = shape_of("b:4,t:3,d:8"), de = shape_of("d:8,e:8"), he = shape_of("b:4,t:3,e:8"), scalar = {0};
-  mtf_shape vs = shape_of(strcmp(dim, "d") == 0 ? "d:8" : "t:3");
-  mtf_tensor x = mtf_input(g, "x", &xs), w = mtf_variable(g, "w", &de, MTF_INIT_NORMAL, 0.5f);
-  mtf_tensor scale = mtf_variable(g, "scale", &vs, MTF_INIT_NORMAL, 1.0f), bias = mtf_variable(g, "bias", &vs, MTF_INIT_NORMAL, 1.0f);
-  mtf_graph_set_matmul_dtype(g, MTF_BF16);
-  mtf_tensor z = layer ? mtf_layer_norm(g, x, dim, scale, bias, 1e-6f) : mtf_rms_norm(g, x, dim, scale, 1e-6f);
-  mtf_tensor h = mtf_einsum2(g, z, w, &he);
-  mtf_tensor loss = mtf_scalar_multiply(g, mtf_reduce_sum(g, mtf_square(g, h), &scalar), 1.0f / (B * T));
-  mtf_graph_set_matmul_dtype(g, MTF_F32);
-  mtf_tensor wrt[3] = {w, scale, bias}, grads[3];
-  mtf_error err;
-  int n_wrt = layer ? 3 : 2;
-  if (mtf_gradients(g, loss, n_wrt, wrt, grads) != MTF_OK || mtf_graph_status(g, &err)) fail_job("norm graph", NULL);
-  mtf_layout_rules rules;
-  mtf_plan *plan[2];
-  mtf_session *s[2];
-  mtf_session_options options = {.backend = "cpu", .poison_freed = 1};
-  if (mtf_layout_rules_parse(layout, &rules, &err)) fail_job(layout, &err);
-  mtf_tensor fetches[4] = {loss, grads[0], grads[1], layer ? grads[2] : loss};
-  for (int c = 0; c < 2; c++) {
-    mtf_plan_options po = {.bf16_storage = 1, .fuse_norm_affine = c};
-    if (mtf_plan_create_with_options(g, mesh, &rules, rank, 4, fetches, &po, &plan[c], &err) ||
-        mtf_session_create(plan[c], comm, &options, &s[c], &err))
-      fail_job(layout, &err);
-  }
-  int fused = plan[1]->stats.fused_norm_affines;
-  CHECK(plan[0]->stats.fused_norm_affines == 0 && (want_fused < 0 || fused == want_fused));
-  int same = 1, sizes[4] = {1, D * D, D, D};
-  for (int run = 0; run < RUNS; run++) {
-    float xv[B * T * D];
-    static float value[2][4][D * D];
-    for (int i = 0; i < B * T * D; i++) xv[i] = (float)((i * 5 + run * 3) % 13) * 0.3f - 1.7f;
-    for (int c = 0; c < 2; c++) {
-      if (mtf_session_set_input(s[c], x, xv, &err) || mtf_session_run(s[c], &err)) fail_job("norm run", &err);
-      for (int f = 0; f < 4; f++)
-        if (mtf_session_fetch(s[c], fetches[f], value[c][f], &err)) fail_job("norm fetch", &err);
-    }
-    for (int f = 0; f < 4; f++) same &= memcmp(value[0][f], value[1][f], sizeof(float) * (size_t)sizes[f]) == 0;
-  }
-  CHECK(same);
-  if (rank == 0)
-    printf("%s %s norm over '%s', layout '%s': %d norm(s) with their scale%s inside; %d runs, loss and gradients %s the "
-           "unfused plan's\n",
-           same ? "ok  " : "FAIL", layer ? "layer" : "RMS", dim, layout, fused, layer ? " and bias" : "", RUNS,
-           same ? "bit for bit" : "NOT");
-  for (int c = 0; c < 2; c++) {
-    mtf_session_destroy(s[c]);
-    mtf_plan_destroy(plan[c]);
-  }
-  mtf_graph_destroy(g);
-}
-
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   int rank;
@@ -367,11 +308,6 @@ int main(int argc, char **argv) {
   run_scatter_case("v:m", -1, &mesh, comm, rank);
   run_add_case("", 2, &mesh, comm, rank);    /* the products' sum and the norm's gradient with the residual's */
   run_add_case("b:m", -1, &mesh, comm, rank);
-  run_norm_case(1, "d", "", 1, &mesh, comm, rank);
-  run_norm_case(0, "d", "", 1, &mesh, comm, rank);
-  run_norm_case(1, "d", "b:m", -1, &mesh, comm, rank);
-  run_norm_case(1, "t", "", 0, &mesh, comm, rank); /* the norm's dim not the last: left alone */
-  run_norm_case(1, "d", "d:m", -1, &mesh, comm, rank); /* the norm's dim split (2 ranks): its phases, left alone */
   mtf_comm_destroy(comm);
   int status = check_mpi_summary();
   MPI_Finalize();

@@ -133,22 +133,6 @@ static void norm_apply(const mtf_step *st, const float *x, const mtf_rows *r, in
   for (int64_t j = 0; j < r->len; j++) q[j * r->inner] = (float)(((double)p[j * r->inner] - mean) * inv);
 }
 
-/* y s (+ b) of row `row` of y (contiguous: the norm's dim last) into a->affine_out (lower/fuse_norm.c): each
- * product rounded to float32 in its own loop before the sum, as the multiply and add steps it replaces did. */
-static void norm_affine_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, const float *y) {
-  const float *q = y + mtf_row_base(r, row), *s = a->affine_scale, *b = a->affine_bias;
-  float t[MTF_CPU_BF16_BLOCK];
-  for (int64_t j0 = 0; j0 < r->len; j0 += MTF_CPU_BF16_BLOCK) {
-    int64_t n = r->len - j0 < MTF_CPU_BF16_BLOCK ? r->len - j0 : MTF_CPU_BF16_BLOCK;
-    for (int64_t j = 0; j < n; j++) t[j] = q[j0 + j] * s[j0 + j];
-    if (b)
-      for (int64_t j = 0; j < n; j++) t[j] = t[j] + b[j0 + j];
-    int64_t at = mtf_row_base(r, row) + j0;
-    if (st->affine_dtype == MTF_BF16) mtf_cpu_round(t, (mtf_bf16 *)a->affine_out + at, n);
-    else memcpy((float *)a->affine_out + at, t, sizeof(float) * (size_t)n);
-  }
-}
-
 static void norm_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_rows *r, int64_t row, float *out) {
   int layer = st->op == MTF_OP_LAYER_NORM;
   double n = (double)st->global_dims[mtf_shape_index_of(&st->in_shape[0], st->params.norm.dim)];
@@ -158,7 +142,6 @@ static void norm_row(const mtf_step *st, const mtf_kernel_args *a, const mtf_row
     case MTF_PHASE_WHOLE:
       if (layer) mean = row_sum(x, r, row) / n;
       norm_apply(st, x, r, row, mean, row_squares(x, r, row, mean), n, out);
-      if (a->affine_out) norm_affine_row(st, a, r, row, out);
       break;
     case MTF_PHASE_SUM: out[row] = (float)row_sum(x, r, row); break;
     case MTF_PHASE_STATS:
