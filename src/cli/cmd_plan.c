@@ -53,8 +53,7 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
   }
   if (strcmp(cfg->grad_reduce, "bf16") == 0) printf(" (sent as bf16: backend.grad_reduce)");
   printf("\n");
-  if (strcmp(cfg->train.allreduce_overlap, "auto") == 0 && strcmp(cfg->grad_reduce, "bf16") != 0 &&
-      (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
+  if (mtf_run_overlap_by_placement(cfg))
     printf("gradient allreduce: blocking instead, one each, where every rank of the job runs on one node "
            "(train.allreduce_overlap auto; on keeps the buckets)\n");
 }

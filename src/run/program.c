@@ -92,10 +92,13 @@ int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend
  * small GPT on b:2, bf16: 6% less wall time blocking, docs/PERFORMANCE.md). Across nodes the network moves
  * the bytes, and NCCL (cuda) has its own engine; bf16 on the wire needs the buckets. Without MPI (mtf plan)
  * the job's placement is unknown and the plan shows the buckets. */
+int mtf_run_overlap_by_placement(const mtf_config *cfg) {
+  return strcmp(cfg->train.allreduce_overlap, "auto") == 0 && on_cpu(cfg) && strcmp(cfg->grad_reduce, "bf16") != 0;
+}
+
 int mtf_run_overlaps_gradients(const mtf_config *cfg) {
-  if (strcmp(cfg->train.allreduce_overlap, "on") == 0) return 1;
   if (strcmp(cfg->train.allreduce_overlap, "off") == 0) return 0;
-  if (!on_cpu(cfg) || strcmp(cfg->grad_reduce, "bf16") == 0) return 1;
+  if (!mtf_run_overlap_by_placement(cfg)) return 1;
   int world = mtf_world_size();
   return world == 1 || mtf_world_ranks_on_node() < world;
 }

@@ -52,6 +52,8 @@ int mtf_run_arena_alignment(const mtf_config *cfg);
 /* Whether the gradient allreduces go in non-blocking buckets (train.allreduce_overlap; its auto asks the MPI
  * world: call it where every rank does, after mtf_world_ranks_on_node's first, collective call). */
 int mtf_run_overlaps_gradients(const mtf_config *cfg);
+/* Whether that answer depends on where the job's ranks run (auto, on cpu, fp32 on the wire): mtf plan says so. */
+int mtf_run_overlap_by_placement(const mtf_config *cfg);
 void mtf_program_free(mtf_program *p);
 /* The same plans as mtf_program_build's (fetches, assigns, options) for p's graph on another mesh and rank:
  * the pjrt backend runs every rank of the device mesh from one process, so it makes them all on one graph. */
