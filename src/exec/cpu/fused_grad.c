@@ -332,6 +332,50 @@ typedef struct xent_bf16_job {
   int failed;
 } xent_bf16_job;
 
+/* mtf_row_max of the row widened into out, in the same pass and with the same lanes (so the same value). */
+static inline float widen_row_max(const mtf_bf16 *in, float *out, int64_t n) {
+  typedef uint16_t bf16x16 __attribute__((vector_size(MTF_LANES * sizeof(uint16_t))));
+  typedef uint32_t u32x16 __attribute__((vector_size(MTF_LANES * sizeof(uint32_t))));
+  mtf_f32x16 lane;
+  for (int k = 0; k < MTF_LANES; k++) lane[k] = -INFINITY;
+  int64_t j = 0;
+  for (; j + MTF_LANES <= n; j += MTF_LANES) {
+    bf16x16 h;
+    memcpy(&h, in + j, sizeof h);
+    mtf_f32x16 v = (mtf_f32x16)(__builtin_convertvector(h, u32x16) << 16);
+    memcpy(out + j, &v, sizeof v);
+    MTF_MAX_STEP_F32X16(lane, v);
+  }
+  float m = -INFINITY;
+  for (int k = 0; k < MTF_LANES; k++) m = mtf_max_step(m, lane[k]);
+  for (; j < n; j++) m = mtf_max_step(m, out[j] = mtf_float_from_bf16(in[j]));
+  return m;
+}
+
+/* A merged row (xent_row_with_loss: no smoothing, no z-loss) of contiguous logits into a bfloat16 gradient, in
+ * three passes where the general path takes five: the widening finds the max, and the scaling rounds into the
+ * output. The same float operations in the same order as xent_row_with_loss, xent_row_apply and the rounding,
+ * so the same bits. in is bfloat16 (widened into x) or float32 (read where it is); o is a row of scratch. */
+static void xent_row_with_loss_into_bf16(const mtf_step *st, const mtf_kernel_args *a, int64_t row, const void *in,
+                                         int in_bf16, float *x, float *o, mtf_bf16 *out, int64_t len) {
+  float m;
+  if (in_bf16) {
+    m = widen_row_max(in, x, len);
+  } else {
+    x = (float *)in;
+    m = mtf_row_max(x, len);
+  }
+  int64_t label = mtf_cpu_index(a->in[1], st->in_dtype[1], row), local = label - st->dim_offset;
+  int here = local >= 0 && local < len;
+  double sum = mtf_row_sum_exp_into(x, len, m, o);
+  double lse = m + log(sum);
+  a->xent_loss_out[row] = mtf_cpu_xent_value(st, lse, here ? x[local] : 0.0, 0.0);
+  float dy = ((const float *)a->in[2])[row];
+  float scale = (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
+  for (int64_t j = 0; j < len; j++) out[j] = mtf_bf16_from_float(o[j] * scale);
+  if (here) out[local] = mtf_bf16_from_float(o[local] * scale - 1.0f * dy);
+}
+
 static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
   xent_bf16_job *job = ctx;
   const mtf_step *st = job->st;
@@ -345,8 +389,15 @@ static void xent_bf16_chunk(void *ctx, int64_t lo, int64_t hi) {
     return;
   }
   int64_t s = r->inner;
+  int merged_into_bf16 = st->phase == MTF_PHASE_WHOLE && a->xent_loss_out && o_bf16 && s == 1 &&
+                         st->params.xent.label_smoothing == 0.0f && st->params.xent.z_loss == 0.0f;
   for (int64_t row = lo; row < hi; row++) {
     int64_t b = mtf_row_base(r, row);
+    if (merged_into_bf16) {
+      const void *in = x_bf16 ? (const void *)((const mtf_bf16 *)a->in[0] + b) : (const void *)((const float *)a->in[0] + b);
+      xent_row_with_loss_into_bf16(st, a, row, in, x_bf16, x, o, (mtf_bf16 *)a->out + b, r->len);
+      continue;
+    }
     if (x_bf16) mtf_cpu_widen_row((const mtf_bf16 *)a->in[0] + b, s, x, r->len);
     else
       for (int64_t j = 0; j < r->len; j++) x[j] = ((const float *)a->in[0])[b + j * s];

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/shape.h"
 #include "exec/rows.h"
@@ -20,12 +21,27 @@
 /* The running maximum in the kernels' convention: `v > m ? v : m`, so a NaN element is skipped. */
 static inline float mtf_max_step(float m, float v) { return v > m ? v : m; }
 
+/* The lanes as one vector (GCC's and Clang's vector extension) where GCC 12 leaves the array form scalar: a
+ * running max over 16 lanes becomes 16 scalar maxima. */
+typedef float mtf_f32x16 __attribute__((vector_size(MTF_LANES * sizeof(float))));
+typedef int32_t mtf_i32x16 __attribute__((vector_size(MTF_LANES * sizeof(int32_t))));
+
+/* m = mtf_max_step(m, v) in every lane (a macro: a function returning a 64-byte vector has an ABI of its own
+ * where the build has no AVX-512) */
+#define MTF_MAX_STEP_F32X16(m, v)                                                                          \
+  do {                                                                                                     \
+    mtf_i32x16 greater_ = (v) > (m);                                                                       \
+    (m) = (mtf_f32x16)(((mtf_i32x16)(v) & greater_) | ((mtf_i32x16)(m) & ~greater_));                      \
+  } while (0)
+
 static inline float mtf_row_max(const float *x, int64_t n) {
-  float lane[MTF_LANES];
+  mtf_f32x16 lane, v;
   for (int k = 0; k < MTF_LANES; k++) lane[k] = -INFINITY;
   int64_t j = 0;
-  for (; j + MTF_LANES <= n; j += MTF_LANES)
-    for (int k = 0; k < MTF_LANES; k++) lane[k] = mtf_max_step(lane[k], x[j + k]);
+  for (; j + MTF_LANES <= n; j += MTF_LANES) {
+    memcpy(&v, x + j, sizeof v);
+    MTF_MAX_STEP_F32X16(lane, v);
+  }
   float m = -INFINITY;
   for (int k = 0; k < MTF_LANES; k++) m = mtf_max_step(m, lane[k]);
   for (; j < n; j++) m = mtf_max_step(m, x[j]);
