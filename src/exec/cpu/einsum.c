@@ -43,8 +43,9 @@ int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const fl
   float *c = d.c_packed ? part[4] : out;
   /* A product with one row or one column is a matrix-vector product: sgemv streams the matrix once, where
    * OpenBLAS's sgemm packs it first (decoding one token at a time, the weights are such matrices: 5x). */
-  if (M == 1 && N == 1 && st->bf16_policy) { /* a dot product under the bf16 policy (a bf16 run's gradient norm):
-                                                 * lanes at memory speed, where a one-row sgemv runs at 1 GFLOP/s */
+  if (M == 1 && N == 1) { /* a dot product (a gradient norm, Adafactor's rms): lanes at memory speed, where a one-row
+                           * sgemv runs at 1 GFLOP/s, and blocks summed in double, where OpenBLAS's generic kernel
+                           * (a CPU its build does not know) lost 1e-4 over 2M terms */
     for (int64_t i = 0; i < d.nb; i++) c[i] = (float)mtf_dot_blocked(ap + i * K, bp + i * K, K);
   } else if (M == 1 || N == 1) {
     for (int64_t i = 0; i < d.nb; i++) {
