@@ -277,6 +277,7 @@ typedef struct mtf_plan_stats {
   int xent_grads_from_loss;       /* cross-entropy gradients that read the forward's loss (xent_grad_from_loss) */
   int xent_merged;                /* cross-entropy gradients that compute the loss too, the forward skipped (same) */
   int fused_scatter_adds;         /* scatter_adds that add into the other term of their sum (fuse_scatter_add) */
+  int scatter_adds_in_place;      /* of those, the ones whose term's buffer becomes the sum's (no copy of the term) */
   int fused_product_adds;         /* einsums that add into the other term of their sum (fuse_product_add) */
 } mtf_plan_stats;
 

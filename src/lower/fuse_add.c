@@ -34,23 +34,6 @@ static int arena_dying_at(const mtf_plan *p, int b, int step) {
   return p->buffers[b].kind == MTF_BUF_ARENA && p->buffers[b].last_step == step;
 }
 
-/* Every reference to buffer `from` in steps after `after` (and the nodes' values) becomes `to`. */
-static void rename_buffer(mtf_plan *p, int from, int to, int after) {
-  for (int t = after + 1; t < p->n_steps; t++) {
-    mtf_step *s = &p->steps[t];
-    if (s->out == from) s->out = to;
-    for (int k = 0; k < s->n_in; k++)
-      if (s->in[k] == from) s->in[k] = to;
-    if (s->scratch == from) s->scratch = to;
-    if (s->fused_moments && s->moments_grad == from) s->moments_grad = to;
-    int *plus_one[] = {&s->squares_out, &s->xent_loss, &s->scatter_base, &s->bf16_copy};
-    for (size_t k = 0; k < sizeof plus_one / sizeof plus_one[0]; k++)
-      if (*plus_one[k] == from + 1) *plus_one[k] = to + 1;
-  }
-  for (int n = 0; n < p->graph->n_nodes; n++)
-    if (p->value_buffer[n] == from) p->value_buffer[n] = to;
-}
-
 void mtf_lw_fuse_product_add(mtf_lowering *lw) {
   mtf_plan *p = lw->plan;
   for (int t = 0; t < p->n_steps; t++) {
@@ -72,7 +55,7 @@ void mtf_lw_fuse_product_add(mtf_lowering *lw) {
       producer->accumulate = 1;
       add->fused = 1;
       p->buffers[term].last_step = p->buffers[out].last_step;
-      rename_buffer(p, out, term, t);
+      mtf_lw_rename_buffer(p, out, term, t);
       mtf_buffer *unused[2] = {&p->buffers[product], &p->buffers[out]};
       for (int i = 0; i < 2; i++) {
         unused[i]->elements = 0;

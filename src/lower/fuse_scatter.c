@@ -2,9 +2,10 @@
  * is the sum of two: the logits' product's (a table-shaped einsum) and the lookup's, a scatter_add of the rows'
  * gradients into a zeroed table. The scatter_add zeroes its table, the add reads both tables and writes a
  * third. Here a scatter_add of the bf16 policy whose value only an add of the same shape reads gets that add's
- * output and the other term as its base: its kernel starts from the term (copied, or in place where the add
- * wrote over it) and the add is skipped. Only where no step between them reads or writes the term or the add's
- * output; the add's output then lives from the scatter_add on. Run on the finished step list, before buckets
+ * output and the other term as its base: its kernel starts from the term and the add is skipped. Only where no
+ * step between them reads or writes the term or the add's output; the add's output then lives from the
+ * scatter_add on. Where the term's buffer dies at the add it becomes the sum's: the scatter_add adds into the
+ * term where it lies, with no copy of the table. Run on the finished step list, before buckets
  * and the memory plan. */
 #include <limits.h>
 
@@ -45,6 +46,17 @@ void mtf_lw_fuse_scatter(mtf_lowering *lw) {
       add->fused = 1;
       if (p->buffers[add->out].first_step > s) p->buffers[add->out].first_step = s;
       p->stats.fused_scatter_adds++;
+      mtf_buffer *base = &p->buffers[term], *sum = &p->buffers[add->out];
+      if (base->kind == MTF_BUF_ARENA && sum->kind == MTF_BUF_ARENA && base->last_step == t &&
+          base->elements == sum->elements && base->dtype == sum->dtype) { /* the sum in the term's buffer */
+        int out = add->out;
+        base->last_step = sum->last_step;
+        mtf_lw_rename_buffer(p, out, term, s - 1);
+        sum->elements = 0;
+        sum->first_step = INT_MAX;
+        sum->last_step = -1;
+        p->stats.scatter_adds_in_place++;
+      }
       break;
     }
   }

@@ -34,6 +34,9 @@ static inline int mtf_lw_step_touches(const mtf_step *s, int b, int reads, int w
     if (s->in[k] == b) return 1;
   return 0;
 }
+/* Every reference to buffer `from` in the steps after `after` (and the nodes' values) becomes `to` (overwrite.c):
+ * for the passes that give a value another's buffer. */
+void mtf_lw_rename_buffer(mtf_plan *p, int from, int to, int after);
 static inline int mtf_lw_writer_before(const mtf_plan *p, int b, int before) {
   for (int t = before - 1; t >= 0; t--)
     if (p->steps[t].out == b) return t;

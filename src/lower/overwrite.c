@@ -6,15 +6,20 @@
 #include "lower/lower_internal.h"
 #include "ops/op_def.h"
 
-static void rename_buffer(mtf_plan *p, int from, int to, int first_step) {
-  for (int t = first_step; t < p->n_steps; t++) {
+void mtf_lw_rename_buffer(mtf_plan *p, int from, int to, int after) {
+  for (int t = after + 1; t < p->n_steps; t++) {
     mtf_step *s = &p->steps[t];
     if (s->out == from) s->out = to;
     for (int k = 0; k < s->n_in; k++)
       if (s->in[k] == from) s->in[k] = to;
+    if (s->scratch == from) s->scratch = to;
+    if (s->fused_moments && s->moments_grad == from) s->moments_grad = to;
+    int *plus_one[] = {&s->squares_out, &s->xent_loss, &s->scatter_base, &s->bf16_copy};
+    for (size_t k = 0; k < sizeof plus_one / sizeof plus_one[0]; k++)
+      if (*plus_one[k] == from + 1) *plus_one[k] = to + 1;
   }
-  for (int node = 0; node < p->graph->n_nodes; node++)
-    if (p->value_buffer[node] == from) p->value_buffer[node] = to;
+  for (int n = 0; n < p->graph->n_nodes; n++)
+    if (p->value_buffer[n] == from) p->value_buffer[n] = to;
 }
 
 void mtf_lw_overwrite_inputs(mtf_lowering *lw) {
@@ -31,6 +36,6 @@ void mtf_lw_overwrite_inputs(mtf_lowering *lw) {
     a->last_step = b->last_step;
     b->elements = 0; /* unused: the memory planner skips it */
     b->first_step = b->last_step = t;
-    rename_buffer(p, out, in, t);
+    mtf_lw_rename_buffer(p, out, in, t - 1);
   }
 }

@@ -169,6 +169,8 @@ static void run_scatter_case(const char *layout, int want_fused, const mtf_shape
   }
   int fused = plan[1]->stats.fused_scatter_adds;
   CHECK(plan[0]->stats.fused_scatter_adds == 0 && (want_fused < 0 || fused == want_fused));
+  /* the product's term dies at the add in this graph: the fused scatter_add adds into it where it lies */
+  CHECK(plan[1]->stats.scatter_adds_in_place == fused);
   static float table[V * D], grad[2][V * D];
   int32_t id[B * T];
   double worst = 0.0, worst_reference = 0.0;
