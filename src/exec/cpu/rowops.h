@@ -65,8 +65,8 @@ static inline float mtf_row_max(const float *x, int64_t n) {
   return total
 
 /* sum_j x_j y_j over at most a block, in double lanes (a gradient's squares would overflow float ones). The one
- * dot product of the bf16 policy's float32 einsums (einsum.c: a bf16 run's gradient norm) and of an
- * adam_update that sums its gradient's squares in its own pass (lower/fuse_moments.c): both take blocks of
+ * dot product of the float32 einsums (einsum.c: a gradient norm, Adafactor's rms) and of an adam_update that sums
+ * its gradient's squares in its own pass (lower/fuse_moments.c, a bf16 run's): both take blocks of
  * MTF_DOT_BLOCK elements in order and add the blocks' sums in a double, so both give the same bits. */
 #define MTF_DOT_BLOCK 512
 static inline double mtf_block_dot(const float *x, const float *y, int64_t n) {
