@@ -10,6 +10,9 @@ enum { MTF_EXIT_OK = 0, MTF_EXIT_FAILURE = 1, MTF_EXIT_USAGE = 2 };
 void mtf_print_version(FILE *out);
 /* `mtf --version [--set backend.KEY=VALUE ...]`: the version, then the backend's description (pjrt). */
 int mtf_cmd_version(int argc, char **argv);
+/* Where OpenBLAS does not know this CPU and loaded its generic kernels, runs mtf again (argv) with
+ * OPENBLAS_CORETYPE naming the ones for its instructions (blas_kernels.c); returns where nothing is to be done. */
+void mtf_cli_choose_blas_kernels(char **argv);
 
 int mtf_cmd_layout(int argc, char **argv);
 int mtf_cmd_commcheck(int argc, char **argv);

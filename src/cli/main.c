@@ -45,6 +45,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  mtf_cli_choose_blas_kernels(argv);
   if (argc < 2) {
     usage(stderr);
     return MTF_EXIT_USAGE;

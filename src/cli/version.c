@@ -1,6 +1,7 @@
 #include <cblas.h>
 #include <hdf5.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
 
@@ -32,7 +33,10 @@ void mtf_print_version(FILE *out) {
           "serial"
 #endif
   );
-  fprintf(out, "  BLAS:     %s\n", openblas_get_config());
+  const char *chosen = getenv("MTF_OPENBLAS_CORETYPE_CHOSEN");
+  fprintf(out, "  BLAS:     %s%s%s%s\n", openblas_get_config(),
+          chosen ? " (OPENBLAS_CORETYPE=" : "", chosen ? chosen : "",
+          chosen ? " set by mtf: this OpenBLAS does not know the CPU's model)" : "");
   fprintf(out, "  bf16:     %s (cpu, backend.precision bf16)\n", mtf_cpu_bf16_text());
   fprintf(out, "  libyaml:  %s\n", yaml_get_version_string());
 #ifdef MTF_HAVE_CUDA
