@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cli/cli.h"
 #include "core/clock.h"
 #include "mtf.h"
 
@@ -20,6 +21,7 @@ static double median(double *t, int n) {
 }
 
 int main(int argc, char **argv) {
+  mtf_cli_choose_blas_kernels(argv); /* the kernels mtf itself runs with (src/cli/blas_kernels.c) */
   mtf_world_init(&argc, &argv);
   int n = argc > 1 ? atoi(argv[1]) : 1024, repeats = argc > 2 ? atoi(argv[2]) : 7;
   if (n < 1 || repeats < 1 || repeats > 100) {

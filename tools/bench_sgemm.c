@@ -13,10 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/cli.h"
 #include "comm/world.h"
 #include "run/mfu.h"
 
 int main(int argc, char **argv) {
+  mtf_cli_choose_blas_kernels(argv); /* the kernels mtf itself runs with (src/cli/blas_kernels.c) */
   if (mtf_world_init(&argc, &argv) != MTF_OK) return 1;
   int n = argc > 1 ? atoi(argv[1]) : MTF_MFU_SGEMM_N, calls = argc > 2 ? atoi(argv[2]) : 5;
   int bf16 = argc > 3 && strcmp(argv[3], "bf16") == 0;
