@@ -56,12 +56,8 @@ void mtf_lw_fuse_product_add(mtf_lowering *lw) {
       add->fused = 1;
       p->buffers[term].last_step = p->buffers[out].last_step;
       mtf_lw_rename_buffer(p, out, term, t);
-      mtf_buffer *unused[2] = {&p->buffers[product], &p->buffers[out]};
-      for (int i = 0; i < 2; i++) {
-        unused[i]->elements = 0;
-        unused[i]->first_step = INT_MAX;
-        unused[i]->last_step = -1;
-      }
+      mtf_lw_drop_buffer(p, product);
+      mtf_lw_drop_buffer(p, out);
       p->stats.fused_product_adds++;
       break;
     }

@@ -52,9 +52,7 @@ void mtf_lw_fuse_scatter(mtf_lowering *lw) {
         int out = add->out;
         base->last_step = sum->last_step;
         mtf_lw_rename_buffer(p, out, term, s - 1);
-        sum->elements = 0;
-        sum->first_step = INT_MAX;
-        sum->last_step = -1;
+        mtf_lw_drop_buffer(p, out);
         p->stats.scatter_adds_in_place++;
       }
       break;

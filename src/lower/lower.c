@@ -461,10 +461,7 @@ int mtf_lower_into_assigned_variable(mtf_lowering *lw, int node) {
   if (last < 0 || p->steps[last].node != node || p->steps[last].kind != MTF_STEP_KERNEL ||
       p->steps[last].out != p->value_buffer[node] || !may_write_into_variable(lw, node))
     return 0;
-  mtf_buffer *unused = &p->buffers[p->steps[last].out]; /* the arena buffer the step was given */
-  unused->elements = 0;
-  unused->first_step = INT_MAX;
-  unused->last_step = -1;
+  mtf_lw_drop_buffer(p, p->steps[last].out); /* the arena buffer the step was given */
   p->steps[last].out = variable_buffer;
   p->value_buffer[node] = variable_buffer;
   mtf_buffer *v = &p->buffers[variable_buffer];

@@ -3,6 +3,8 @@
 #ifndef MTF_LOWER_LOWER_INTERNAL_H
 #define MTF_LOWER_LOWER_INTERNAL_H
 
+#include <limits.h>
+
 #include "lower/lowering.h"
 
 struct mtf_lowering {
@@ -37,6 +39,12 @@ static inline int mtf_lw_step_touches(const mtf_step *s, int b, int reads, int w
 /* Every reference to buffer `from` in the steps after `after` (and the nodes' values) becomes `to` (overwrite.c):
  * for the passes that give a value another's buffer. */
 void mtf_lw_rename_buffer(mtf_plan *p, int from, int to, int after);
+/* Buffer b is no longer written or read (a fusion took its value elsewhere): the memory planner skips it. */
+static inline void mtf_lw_drop_buffer(mtf_plan *p, int b) {
+  p->buffers[b].elements = 0;
+  p->buffers[b].first_step = INT_MAX;
+  p->buffers[b].last_step = -1;
+}
 static inline int mtf_lw_writer_before(const mtf_plan *p, int b, int before) {
   for (int t = before - 1; t >= 0; t--)
     if (p->steps[t].out == b) return t;

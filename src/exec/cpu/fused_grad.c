@@ -216,12 +216,16 @@ static inline double xent_row_exp(const float *x, float max, int64_t len, int64_
   return s;
 }
 
+/* The factor of exp(x - max) in the gradient: dy (1 + 2 z lse) / sum (z the z-loss weight). */
+static inline float xent_grad_scale(const mtf_step *st, double lse, double sum, float dy) {
+  return (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
+}
+
 /* out holds exp(x - max): scales it to the gradient and subtracts (1 - eps) dy at the label and eps dy /
  * vocab everywhere (label smoothing eps). */
 static inline void xent_row_apply(const mtf_step *st, float max, double sum, float dy, int64_t label, int64_t len,
                                   int64_t stride, float *out) {
-  double lse = max + log(sum);
-  float scale = (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
+  float scale = xent_grad_scale(st, max + log(sum), sum, dy);
   float eps = st->params.xent.label_smoothing;
   if (eps != 0.0f) {
     float uniform = (float)(eps * dy / (double)st->params.xent.vocab);
@@ -371,7 +375,7 @@ static void xent_row_with_loss_into_bf16(const mtf_step *st, const mtf_kernel_ar
   double lse = m + log(sum);
   a->xent_loss_out[row] = mtf_cpu_xent_value(st, lse, here ? x[local] : 0.0, 0.0);
   float dy = ((const float *)a->in[2])[row];
-  float scale = (float)(dy * (1.0 + 2.0 * st->params.xent.z_loss * lse) / sum);
+  float scale = xent_grad_scale(st, lse, sum, dy);
   for (int64_t j = 0; j < len; j++) out[j] = mtf_bf16_from_float(o[j] * scale);
   if (here) out[local] = mtf_bf16_from_float(o[local] * scale - 1.0f * dy);
 }
