@@ -99,6 +99,7 @@ static int k_cast(mtf_backend *b, const mtf_step *st, const mtf_kernel_args *a) 
 typedef struct product_key {
   int64_t batch, m, n, k;
   int64_t a_step, b_step, c_step; /* elements from one problem of the batch to the next; 0: dense */
+  int64_t lda, ldb; /* elements from one stored row of a, b to the next; 0: dense (a slice of a longer sum) */
   int ta, tb;
   int c_bf16; /* the result rounded to bfloat16 (a bf16-stored activation), else float32 */
   int sum_into; /* c += the product (oneDNN's sum post-op; float32 c): an einsum step's `accumulate` */
@@ -119,16 +120,18 @@ static dnnl_stream_t stream;
 static pthread_mutex_t products_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void strided_desc(dnnl_memory_desc_t *md, int64_t batch, int64_t rows, int64_t cols, int transposed,
-                         int64_t step, dnnl_data_type_t type) {
+                         int64_t step, int64_t ld, dnnl_data_type_t type) {
   dnnl_dims_t dims = {batch, rows, cols};
-  /* row-major rows x cols, or its transpose stored as cols x rows; problems `step` apart (0: back to back) */
-  dnnl_dims_t strides = {step ? step : rows * cols, transposed ? 1 : cols, transposed ? rows : 1};
+  /* row-major rows x cols, or its transpose stored as cols x rows, stored rows `ld` apart (0: dense);
+   * problems `step` apart (0: back to back) */
+  if (!ld) ld = transposed ? rows : cols;
+  dnnl_dims_t strides = {step ? step : rows * cols, transposed ? 1 : ld, transposed ? ld : 1};
   dnnl_memory_desc_init_by_strides(md, 3, dims, type, strides);
 }
 
 static int same_key(const product_key *x, const product_key *y) { /* field by field: the struct has padding */
   return x->batch == y->batch && x->m == y->m && x->n == y->n && x->k == y->k && x->a_step == y->a_step &&
-         x->b_step == y->b_step && x->c_step == y->c_step && x->ta == y->ta && x->tb == y->tb &&
+         x->b_step == y->b_step && x->c_step == y->c_step && x->lda == y->lda && x->ldb == y->ldb && x->ta == y->ta && x->tb == y->tb &&
          x->c_bf16 == y->c_bf16 && x->sum_into == y->sum_into && x->threads == y->threads;
 }
 
@@ -149,9 +152,9 @@ static const product *find_product(const product_key *key, mtf_error *err) {
   product *p = &products[n_products];
   memset(p, 0, sizeof *p);
   p->key = *key;
-  strided_desc(&p->a, key->batch, key->m, key->k, key->ta, key->a_step, dnnl_bf16);
-  strided_desc(&p->b, key->batch, key->k, key->n, key->tb, key->b_step, dnnl_bf16);
-  strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_step, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
+  strided_desc(&p->a, key->batch, key->m, key->k, key->ta, key->a_step, key->lda, dnnl_bf16);
+  strided_desc(&p->b, key->batch, key->k, key->n, key->tb, key->b_step, key->ldb, dnnl_bf16);
+  strided_desc(&p->c, key->batch, key->m, key->n, 0, key->c_step, 0, key->c_bf16 ? dnnl_bf16 : dnnl_f32);
   dnnl_matmul_desc_t desc;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_primitive_attr_t attr = NULL;
@@ -190,7 +193,7 @@ static void set_onednn_threads(int threads) {
   if (set) set(threads > 0 ? threads : 1);
 }
 
-static int onednn_product(int threads, const product_key *shape, const void *a, const void *b, void *c) {
+static int onednn_product_whole(int threads, const product_key *shape, const void *a, const void *b, void *c) {
   mtf_error err;
   product_key key = *shape;
   key.threads = threads > 0 ? threads : 1;
@@ -219,6 +222,35 @@ static int onednn_product(int threads, const product_key *shape, const void *a, 
   }
   pthread_mutex_unlock(&products_lock);
   return rc;
+}
+
+/* A long sum into a float32 result (the logits' input gradient: k = vocab) runs slice by slice of k, each
+ * slice added into c by the sum post-op: oneDNN 2.6's AMX kernel reads a [m, k] operand of many thousand
+ * columns slower than the same work in slices of MTF_CPU_BF16_K_SLICE (docs/PERFORMANCE.md). The same
+ * products, summed in another order in fp32. */
+static int64_t k_slice_elements = MTF_CPU_BF16_K_SLICE;
+
+int64_t mtf_cpu_bf16_set_k_slice(int64_t k_slice) {
+  int64_t before = k_slice_elements;
+  k_slice_elements = k_slice;
+  return before;
+}
+
+static int onednn_product(int threads, const product_key *shape, const void *a, const void *b, void *c) {
+  int64_t k_slice = k_slice_elements;
+  if (shape->batch != 1 || shape->c_bf16 || k_slice <= 0 || shape->k < 2 * k_slice)
+    return onednn_product_whole(threads, shape, a, b, c);
+  const mtf_bf16 *a16 = a, *b16 = b;
+  for (int64_t k0 = 0; k0 < shape->k; k0 += k_slice) {
+    product_key slice = *shape;
+    slice.k = shape->k - k0 < k_slice ? shape->k - k0 : k_slice;
+    slice.lda = shape->ta ? shape->m : shape->k; /* a [m, k] row-major, or stored [k, m] */
+    slice.ldb = shape->tb ? shape->k : shape->n; /* b [k, n] row-major, or stored [n, k] */
+    slice.sum_into = shape->sum_into || k0 > 0;
+    const mtf_bf16 *a_at = a16 + (shape->ta ? k0 * shape->m : k0), *b_at = b16 + (shape->tb ? k0 : k0 * shape->n);
+    MTF_CHECK(onednn_product_whole(threads, &slice, a_at, b_at, c));
+  }
+  return MTF_OK;
 }
 
 /* ---- the einsum ---- */

@@ -33,6 +33,10 @@ int mtf_cpu_einsum_f32(int threads, const mtf_step *st, const float *a, const fl
  * [n, k]) where a_transposed, b_transposed: on oneDNN, or widened to fp32 for sgemm on the conversion path. */
 int mtf_cpu_bf16_product(int threads, int64_t m, int64_t n, int64_t k, int a_transposed, int b_transposed,
                          const void *a, const void *b, float *c);
+/* Sums over k of at least twice this many terms into a float32 result run slice by slice (MTF_CPU_BF16_K_SLICE,
+ * 2048; 0: never); returns the setting before. For tests, which slice small products. */
+#define MTF_CPU_BF16_K_SLICE 2048
+int64_t mtf_cpu_bf16_set_k_slice(int64_t k_slice);
 /* The same for `batch` problems, problem i at a + i a_step, b + i b_step, c + i c_step (elements; the rows
  * within a problem as above): one oneDNN call for all of them. */
 int mtf_cpu_bf16_product_batch(int threads, int64_t batch, int64_t m, int64_t n, int64_t k, int a_transposed,
