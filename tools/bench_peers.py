@@ -258,6 +258,7 @@ def cmd_table(args):
     m = load_model(args.config)
     rows = []  # one per setup, its rounds pooled: every timed step, the loads its runs started under
     skipped = {}  # setup -> why it did not run (this torch lacks it, or no python has that torch)
+    rounds = []  # per round (a setup's k-th run is in round k): setup -> (side, median ms of that run)
     for line in open(args.results):
         if not line.strip():
             continue
@@ -265,6 +266,10 @@ def cmd_table(args):
         if "skipped" in r:
             skipped.setdefault(r["setup"], r["skipped"])
             continue
+        k = sum(1 for run in rounds if r["setup"] in run)
+        if k == len(rounds):
+            rounds.append({})
+        rounds[k][r["setup"]] = (r["side"], statistics.median(r["step_ms"]))
         same = [row for row in rows if row["setup"] == r["setup"]]
         if same:
             row = same[0]
@@ -325,6 +330,17 @@ def cmd_table(args):
               + " |")
     if not torch_rows:
         print("(no PyTorch rows: see above)")
+    # The same comparison round by round: a round's setups ran within a minute or two of each other, so a
+    # machine whose speed changes between minutes (a shared host) weighs on both sides of each ratio alike.
+    paired = []
+    for run in rounds:
+        mtf_ms = [ms for side, ms in run.values() if side == "mtf"]
+        torch_ms = [ms for side, ms in run.values() if side == "pytorch"]
+        if mtf_ms and torch_ms:
+            paired.append(min(torch_ms) / min(mtf_ms))
+    if paired:
+        print(f"per round, the fastest mtf setup over the fastest PyTorch setup of the same round (medians of each "
+              f"run's timed steps): {', '.join(f'{x:.2f}x' for x in paired)}; median {statistics.median(paired):.2f}x")
     for setup, why in skipped.items():
         print(f"not run: {setup}: {why}")
 
