@@ -172,6 +172,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   /* train.steps 0 (evaluate the initial model) computes no rate, so it needs no schedule that decays. */
   if (tc->steps > 0) MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank = mtf_world_rank();
+  char warmup_note[512];
+  if (rank == 0 && mtf_schedule_warmup_note(&schedule, warmup_note, sizeof warmup_note))
+    fprintf(stderr, "mtf train: warning: %s\n", warmup_note);
   /* From here on a warning signal (e.g. during restore) is noted and honoured at the first step boundary,
    * instead of killing the rank without a checkpoint. */
   mtf_signals_handle(1);

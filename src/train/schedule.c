@@ -2,6 +2,7 @@
 #include "train/schedule.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static const char *const schedule_names[] = {"constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"};
@@ -34,11 +35,6 @@ int mtf_schedule_validate(const mtf_schedule_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s schedule: warmup steps %lld must be >= 0", name,
                          (long long)cfg->warmup_steps);
   if (cfg->kind == MTF_SCHEDULE_COSINE || cfg->kind == MTF_SCHEDULE_LINEAR_DECAY) {
-    if (cfg->total_steps <= cfg->warmup_steps)
-      return mtf_error_set(err, MTF_ERR_INVALID,
-                           "%s schedule: total steps (%lld) must be more than the warmup steps (%lld): the rate "
-                           "decays over the steps between them",
-                           name, (long long)cfg->total_steps, (long long)cfg->warmup_steps);
     if (!(cfg->min_learning_rate >= 0) || cfg->min_learning_rate > cfg->learning_rate)
       return mtf_error_set(err, MTF_ERR_INVALID,
                            "%s schedule: min learning rate %g must be between 0 and the learning rate %g", name,
@@ -47,10 +43,22 @@ int mtf_schedule_validate(const mtf_schedule_config *cfg, mtf_error *err) {
   return MTF_OK;
 }
 
+int mtf_schedule_warmup_note(const mtf_schedule_config *cfg, char *note, size_t size) {
+  int decays = cfg->kind == MTF_SCHEDULE_COSINE || cfg->kind == MTF_SCHEDULE_LINEAR_DECAY;
+  int64_t total = cfg->total_steps, warmup = cfg->warmup_steps;
+  if (total <= 0 || !(decays ? total <= warmup : cfg->kind == MTF_SCHEDULE_LINEAR_WARMUP && total < warmup)) return 0;
+  snprintf(note, size,
+           "train.steps (%lld) ends %s the warmup (train.warmup_steps %lld): the %s schedule's rate rises to %.3g at "
+           "the last step (its peak is %.3g)%s; set train.warmup_steps below train.steps for the whole schedule",
+           (long long)total, total == warmup ? "with" : "inside", (long long)warmup, mtf_schedule_kind_name(cfg->kind),
+           mtf_schedule_learning_rate(cfg, total), cfg->learning_rate, decays ? " and never decays" : "");
+  return 1;
+}
+
 /* Fraction of the decay phase (after warmup, up to total_steps) done at step t, in [0, 1]. */
 static double decay_progress(const mtf_schedule_config *cfg, double t) {
   double span = (double)(cfg->total_steps - cfg->warmup_steps);
-  if (span <= 0) return 1.0;
+  if (span <= 0) return 0.0; /* the run ends with its warmup: the decay never starts */
   double p = (t - (double)cfg->warmup_steps) / span;
   return p < 0 ? 0 : (p > 1 ? 1 : p);
 }

@@ -40,9 +40,15 @@ typedef struct mtf_schedule_config {
 int mtf_schedule_parse_kind(const char *name, mtf_schedule_kind *kind, mtf_error *err);
 const char *mtf_schedule_kind_name(mtf_schedule_kind kind);
 
-/* MTF_OK, or MTF_ERR_INVALID for settings no schedule can follow (negative rates or steps, a decay
- * schedule without total_steps > warmup_steps, min_learning_rate above learning_rate). */
+/* MTF_OK, or MTF_ERR_INVALID for settings no schedule can follow (negative rates or steps, min_learning_rate
+ * above learning_rate). A run that ends inside its warmup is valid (a short test run of a long config): see
+ * mtf_schedule_warmup_note. */
 int mtf_schedule_validate(const mtf_schedule_config *cfg, mtf_error *err);
+
+/* Where total_steps ends inside the warmup of a schedule that has one (linear_warmup, cosine, linear_decay),
+ * writes what the run's rate will do instead and how to get the whole schedule into note and returns 1;
+ * else 0. */
+int mtf_schedule_warmup_note(const mtf_schedule_config *cfg, char *note, size_t size);
 
 /* The learning rate of step t (1-based), by the formulas above. */
 double mtf_schedule_learning_rate(const mtf_schedule_config *cfg, int64_t step);
