@@ -12,6 +12,9 @@ MTF=${MTF:-$MTF_HOME/build/src/mtf}
 read -r -a extra <<< "${MTF_ARGS:-}"
 [ -n "${MESH:-}" ] && extra+=(--mesh "$MESH")
 [ -n "${LAYOUT:-}" ] && extra+=(--layout "$LAYOUT")
+# A requeued job that finds its run at train.steps (the warning came as the last step ended) has finished;
+# a new job started on a finished run has not: mtf says so and exits 3.
+[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && extra+=(--done-ok)
 threads=${SLURM_CPUS_PER_TASK:-1}
 export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
 # backend.precision bf16 multiplies through oneDNN, whose threads are libgomp's: idle, they would spin and take the

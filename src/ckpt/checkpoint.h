@@ -110,6 +110,12 @@ int mtf_ckpt_verify(const char *path, FILE *out, mtf_error *err);
  * (step, sequence), however many there are. Returns the count and *names (malloc'ed, freed by the
  * caller; file names inside dir), or -1. */
 int mtf_ckpt_dir_candidates(const char *dir, char (**names)[MTF_CKPT_PATH_MAX], mtf_error *err);
+/* A checkpoint as a user may name it, as the file it means: a checkpoint file itself; a checkpoints
+ * directory's `latest` (the file it names, beside it); a checkpoints directory (the file `latest` names,
+ * else its newest); a run directory (the same in its checkpoints/). A path that does not exist is written
+ * back as given, for the open to report. MTF_ERR_IO where a directory holds no checkpoint or `latest`
+ * names none. */
+int mtf_ckpt_resolve(const char *given, char *out, size_t size, mtf_error *err);
 /* Removes a stale dir/name.tmp (a file or a planted link, never followed) before a new write of name. */
 int mtf_ckpt_dir_clear_tmp(const char *dir, const char *name, mtf_error *err);
 /* A name for step's checkpoint that no file in dir has: ckpt-00000010.h5, else ckpt-00000010-1.h5, ... */

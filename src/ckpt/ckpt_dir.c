@@ -113,6 +113,47 @@ int mtf_ckpt_dir_candidates(const char *dir, char (**names)[MTF_CKPT_PATH_MAX], 
   return count;
 }
 
+int mtf_ckpt_resolve(const char *given, char *out, size_t size, mtf_error *err) {
+  struct stat st;
+  const char *base = strrchr(given, '/');
+  base = base ? base + 1 : given;
+  if (stat(given, &st) != 0 || (!S_ISDIR(st.st_mode) && strcmp(base, "latest") != 0)) {
+    if ((size_t)snprintf(out, size, "%s", given) >= size)
+      return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint path '%s' is too long", given);
+    return MTF_OK;
+  }
+  char dir[MTF_CKPT_PATH_MAX];
+  if (!S_ISDIR(st.st_mode)) { /* `latest`: the name it holds, beside it */
+    snprintf(dir, sizeof dir, "%s", given);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    char name[MTF_CKPT_PATH_MAX];
+    read_latest(dir, name, sizeof name);
+    if (!name[0])
+      return mtf_error_set(err, MTF_ERR_IO, "'%s' names no checkpoint (it should hold a file name like "
+                           "ckpt-00000100.h5): give a checkpoint file of %s instead", given, dir);
+    if ((size_t)snprintf(out, size, "%s/%s", dir, name) >= size)
+      return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint path '%s/%s' is too long", dir, name);
+    return MTF_OK;
+  }
+  /* A run directory holds checkpoints/; a checkpoints directory holds the files. */
+  snprintf(dir, sizeof dir, "%s/checkpoints", given);
+  struct stat sub;
+  if (stat(dir, &sub) != 0 || !S_ISDIR(sub.st_mode)) snprintf(dir, sizeof dir, "%s", given);
+  char(*names)[MTF_CKPT_PATH_MAX];
+  int n = mtf_ckpt_dir_candidates(dir, &names, err);
+  if (n < 0) return err->code ? err->code : MTF_ERR_IO;
+  int rc = MTF_OK;
+  if (n == 0)
+    rc = mtf_error_set(err, MTF_ERR_IO, "'%s' holds no checkpoint (ckpt-<step>.h5 files, written by mtf train with "
+                       "train.checkpoint_every): give a run directory, its checkpoints/ or a checkpoint file", dir);
+  else if ((size_t)snprintf(out, size, "%s/%s", dir, names[0]) >= size)
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "checkpoint path '%s/%s' is too long", dir, names[0]);
+  free(names);
+  return rc;
+}
+
 static int file_exists(const char *dir, const char *name) {
   char path[2 * MTF_CKPT_PATH_MAX];
   struct stat st;

@@ -11,8 +11,8 @@ static void ckpt_usage(FILE *out) {
           "usage: mtf ckpt inspect PATH [--json]\n"
           "       mtf ckpt verify PATH\n"
           "\n"
-          "  PATH     a checkpoint file (RUN_DIR/checkpoints/ckpt-<step>.h5; RUN_DIR/checkpoints/latest names\n"
-          "           the newest)\n"
+          "  PATH     a checkpoint file (RUN_DIR/checkpoints/ckpt-<step>.h5), RUN_DIR/checkpoints/latest (the one\n"
+          "           it names), RUN_DIR/checkpoints or RUN_DIR (the latest one there)\n"
           "  --json   print the result as one JSON object\n"
           "\n"
           "Prints the step, the RNG state and data cursor, the mesh and layout that wrote it, every dataset with\n"
@@ -55,7 +55,9 @@ int mtf_cmd_ckpt(int argc, char **argv) {
   }
   mtf_error err;
   mtf_error_clear(&err);
-  if ((verify ? mtf_ckpt_verify(path, stdout, &err) : mtf_ckpt_inspect(path, json, stdout, &err)) != MTF_OK) {
+  char file[MTF_CKPT_PATH_MAX];
+  if (mtf_ckpt_resolve(path, file, sizeof file, &err) != MTF_OK ||
+      (verify ? mtf_ckpt_verify(file, stdout, &err) : mtf_ckpt_inspect(file, json, stdout, &err)) != MTF_OK) {
     fflush(stdout);
     fprintf(stderr, "mtf ckpt %s: error: %s\n", sub, err.msg);
     return MTF_EXIT_FAILURE;

@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
+#include "ckpt/checkpoint.h"
 #include "run/train.h"
 
 typedef struct eval_args {
@@ -18,7 +19,8 @@ static void eval_usage(FILE *out) {
                "\n");
   mtf_run_args_usage(out);
   fprintf(out, "  --json               print the result as JSON (loss, perplexity, tokens)\n"
-               "  --checkpoint PATH    evaluate this checkpoint (default: RUN_DIR/checkpoints' latest good one)\n"
+               "  --checkpoint PATH    evaluate this checkpoint (a file, a checkpoints/latest, or a directory: its latest;\n"
+               "                       default: RUN_DIR/checkpoints' latest good one)\n"
                "  -h, --help           show this help\n"
                "\nEvaluates train.eval_batches batches of the eval shards (data.eval).\n");
 }
@@ -32,8 +34,10 @@ static int eval_option(void *ctx, int opt, const char *value) {
 
 static int eval_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
   const eval_args *eval = ctx;
+  char file[MTF_CKPT_PATH_MAX];
+  if (eval->checkpoint) MTF_CHECK(mtf_ckpt_resolve(eval->checkpoint, file, sizeof file, err));
   mtf_run_warn_layout_model("eval", cfg);
-  return mtf_eval_run(cfg, eval->json, eval->checkpoint, err);
+  return mtf_eval_run(cfg, eval->json, eval->checkpoint ? file : NULL, err);
 }
 
 int mtf_cmd_eval(int argc, char **argv) {

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
+#include "ckpt/checkpoint.h"
 #include "run/generate.h"
 
 static void generate_usage(FILE *out) {
@@ -17,7 +18,8 @@ static void generate_usage(FILE *out) {
                "           [--length-penalty A] [--no-cache] [--stream] [--json]\n"
                "\n");
   mtf_run_args_usage(out);
-  fprintf(out, "  --checkpoint PATH    the checkpoint to sample from (default: RUN_DIR/checkpoints' latest good one)\n"
+  fprintf(out, "  --checkpoint PATH    the checkpoint to sample from (a file, a checkpoints/latest, or a directory: its\n"
+               "                       latest; default: RUN_DIR/checkpoints' latest good one)\n"
                "  --prompt TEXT        a text to continue (repeat for a batch), encoded with the checkpoint's tokenizer:\n"
                "                       bytes, or greedy longest match over its decode table (see docs/DATA.md); empty:\n"
                "                       start a new document at end-of-text\n"
@@ -114,6 +116,12 @@ static int generate_option(void *ctx, int opt, const char *value) {
 }
 
 static int generate_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
+  mtf_generate_options *generate = ctx;
+  static char file[MTF_CKPT_PATH_MAX]; /* outlives the run: generate->checkpoint points at it */
+  if (generate->checkpoint) {
+    MTF_CHECK(mtf_ckpt_resolve(generate->checkpoint, file, sizeof file, err));
+    generate->checkpoint = file;
+  }
   mtf_run_warn_layout_model("generate", cfg);
   return mtf_generate_run(cfg, ctx, err);
 }

@@ -6,31 +6,42 @@
 #include "cli/cli.h"
 #include "cli/run_args.h"
 #include "comm/world.h"
+#include "ckpt/checkpoint.h"
 #include "run/train.h"
 
 static void train_usage(FILE *out) {
   fprintf(out, "usage: mpiexec -n N mtf train CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]"
-               " [--from PATH | --fresh]\n"
+               " [--from PATH | --fresh] [--done-ok]\n"
                "\n");
   mtf_run_args_usage(out);
-  fprintf(out, "  --from PATH          resume from this checkpoint (default: RUN_DIR/checkpoints/latest, if any)\n"
+  fprintf(out, "  --from PATH          resume from this checkpoint (a file, a checkpoints/latest, or a directory: its\n"
+               "                       latest; default: RUN_DIR/checkpoints/latest, if any)\n"
                "  --fresh              start at step 0 even if RUN_DIR/checkpoints holds checkpoints\n"
+               "  --done-ok            exit 0 when the checkpoint resumed from is already at train.steps (else 3)\n"
                "  -h, --help           show this help\n"
                "\nLogs a line every train.log_every steps and appends the same figures to RUN_DIR/metrics.jsonl.\n"
                "Saves a checkpoint every train.checkpoint_every steps (and at the end), keeping train.keep_checkpoints\n"
                "(docs/CHECKPOINTS.md). SIGUSR1 or SIGTERM: save a checkpoint, then stop (exit 75).\n"
-               "Exit status: 0 done, 1 error, 2 bad command line, 75 checkpointed and stopped by SIGUSR1/SIGTERM,\n"
-               "130 stopped by SIGINT (no checkpoint).\n");
+               "Exit status: 0 done, 1 error, 2 bad command line, 3 nothing to train (the checkpoint resumed from\n"
+               "is at train.steps already), 75 checkpointed and stopped by SIGUSR1/SIGTERM, 130 stopped by SIGINT\n"
+               "(no checkpoint).\n");
 }
 
 static int train_option(void *ctx, int opt, const char *value) {
   mtf_train_options *options = ctx;
   if (opt == 'f') options->resume_from = value;
+  else if (opt == 'd') options->done_ok = 1;
   else options->fresh = 1;
   return MTF_EXIT_OK;
 }
 
 static int train_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
+  mtf_train_options *train = ctx;
+  static char file[MTF_CKPT_PATH_MAX]; /* outlives the run: train->resume_from points at it */
+  if (train->resume_from) {
+    MTF_CHECK(mtf_ckpt_resolve(train->resume_from, file, sizeof file, err));
+    train->resume_from = file;
+  }
   if (mtf_world_rank() == 0) {
     printf("# resolved config (also saved as %s/config.yaml)\n", cfg->run_dir);
     mtf_config_print(cfg, stdout);
@@ -41,7 +52,8 @@ static int train_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
 }
 
 int mtf_cmd_train(int argc, char **argv) {
-  static const struct option options[] = {{"from", required_argument, 0, 'f'}, {"fresh", no_argument, 0, 'F'}, {0, 0, 0, 0}};
+  static const struct option options[] = {{"from", required_argument, 0, 'f'}, {"fresh", no_argument, 0, 'F'},
+                                                {"done-ok", no_argument, 0, 'd'}, {0, 0, 0, 0}};
   mtf_train_options train = {0};
   const mtf_run_command command = {"train", train_usage, options, train_option, &train};
   mtf_run_args args;

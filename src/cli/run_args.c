@@ -132,10 +132,11 @@ int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args
   mtf_error err;
   int rc = mtf_run_config_load_collective(args, cfg, &err);
   if (rc == MTF_OK) rc = body(cfg, ctx, &err);
-  int stopped = rc == MTF_RUN_INTERRUPTED || rc == MTF_RUN_PREEMPTED;
+  int stopped = rc == MTF_RUN_INTERRUPTED || rc == MTF_RUN_PREEMPTED || rc == MTF_RUN_NOTHING_TO_TRAIN;
   if (rc != MTF_OK && mtf_world_rank() == 0)
     fprintf(stderr, stopped ? "mtf %s: %s\n" : "mtf %s: error: %s\n", command, err.msg);
   free(cfg);
   mtf_world_finalize();
+  if (rc == MTF_RUN_NOTHING_TO_TRAIN) return MTF_EXIT_NOTHING_TO_TRAIN;
   return rc == MTF_OK ? MTF_EXIT_OK : stopped ? rc : MTF_EXIT_FAILURE;
 }

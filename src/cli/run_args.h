@@ -54,11 +54,11 @@ void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_conf
 void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg);
 
 /* What an MPI command does with the config on every rank; returns MTF_OK or an error (err says why),
- * MTF_RUN_INTERRUPTED or MTF_RUN_PREEMPTED. */
+ * MTF_RUN_INTERRUPTED, MTF_RUN_PREEMPTED or MTF_RUN_NOTHING_TO_TRAIN. */
 typedef int (*mtf_run_body)(const mtf_config *cfg, void *ctx, mtf_error *err);
 /* The frame of train, eval and generate: starts MPI, loads the config collectively, runs body on every
  * rank, prints its error on rank 0 ("mtf <command>: error: ...") and ends MPI. Returns the exit status:
- * 0, 1, or the body's MTF_RUN_INTERRUPTED / MTF_RUN_PREEMPTED. */
+ * 0, 1, or the body's MTF_RUN_INTERRUPTED / MTF_RUN_PREEMPTED / MTF_RUN_NOTHING_TO_TRAIN. */
 int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args *args, mtf_run_body body, void *ctx);
 
 #endif

@@ -12,10 +12,15 @@
  * after writing a checkpoint: `mtf train` again resumes it. 75 is EX_TEMPFAIL ("try again later"), so a
  * job script can requeue on it. */
 #define MTF_RUN_PREEMPTED 75
+/* Returned when the run resumed from a checkpoint at or past train.steps, so it had nothing to train (a
+ * finished run started again): said, not silently done, unless the caller asked (mtf_train_options.done_ok). */
+#define MTF_RUN_NOTHING_TO_TRAIN 103 /* not an mtf_error code (those are small) */
+#define MTF_EXIT_NOTHING_TO_TRAIN 3   /* the exit status it becomes */
 
 typedef struct mtf_train_options {
   const char *resume_from; /* --from PATH: this checkpoint instead of RUN_DIR/checkpoints' latest */
   int fresh;               /* --fresh: start at step 0 whatever the run directory holds */
+  int done_ok;             /* --done-ok: a checkpoint already at train.steps is success (a requeued finished job) */
 } mtf_train_options;
 
 int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_error *err);

@@ -37,7 +37,7 @@ static int save_checkpoint(mtf_run_state *st, mtf_loader *loader, int64_t step, 
 
 /* Restores --from PATH or the run directory's latest good checkpoint (none: *steps_done stays 0). */
 static int resume(mtf_run_state *st, mtf_loader *loader, const mtf_train_options *options, int64_t *steps_done,
-                  mtf_error *err) {
+                  char *resumed_from, size_t resumed_size, mtf_error *err) {
   *steps_done = 0;
   if (options && options->fresh) return MTF_OK;
   mtf_ckpt_model model = mtf_run_checkpoint_model(st, 1);
@@ -59,6 +59,7 @@ static int resume(mtf_run_state *st, mtf_loader *loader, const mtf_train_options
   if (rc) mtf_error_prefix(err, "resuming from checkpoint '%s'", path);
   MTF_CHECK(mtf_comm_agree(st->comm, rc, err));
   *steps_done = state.step;
+  snprintf(resumed_from, resumed_size, "%s", path);
   if (st->rank == 0) {
     printf("checkpoint: resumed from %s at step %lld (%.1f MB in %.2f s, %.0f MB/s)\n", path, (long long)state.step,
            stats.bytes / 1e6, stats.seconds, stats.seconds > 0 ? stats.bytes / 1e6 / stats.seconds : 0.0);
@@ -189,8 +190,21 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   mtf_loader *loader = NULL;
   if (rc == MTF_OK) rc = mtf_run_open_loader(&st, cfg->data_train, (uint64_t)tc->seed, (int)tc->prefetch, &loader, err);
   int64_t steps_done = 0, last_saved = -1;
-  if (rc == MTF_OK) rc = resume(&st, loader, options, &steps_done, err);
+  char resumed_from[2 * MTF_CKPT_PATH_MAX] = "";
+  if (rc == MTF_OK) rc = resume(&st, loader, options, &steps_done, resumed_from, sizeof resumed_from, err);
   if (rc == MTF_OK) last_saved = steps_done;
+  /* train.steps 0 asks for no training (an evaluation of the restored model); a positive train.steps that the
+   * checkpoint has reached is a finished run started again: say so rather than exit 0 having done nothing. */
+  if (rc == MTF_OK && tc->steps > 0 && steps_done >= tc->steps) {
+    int done_ok = options && options->done_ok;
+    char what[3 * MTF_CKPT_PATH_MAX];
+    snprintf(what, sizeof what, "nothing to train: the run resumed from %s at step %lld and train.steps is %lld; "
+             "raise train.steps (e.g. --set train.steps=%lld) to train on, or start over with --fresh%s",
+             resumed_from, (long long)steps_done, (long long)tc->steps, (long long)(steps_done + tc->steps),
+             done_ok ? "" : " (--done-ok makes this exit 0)");
+    if (!done_ok) rc = mtf_error_set(err, MTF_RUN_NOTHING_TO_TRAIN, "%s", what);
+    else if (rank == 0) printf("train: %s\n", what);
+  }
   if (rc != MTF_OK) {
     mtf_loader_close(loader);
     mtf_run_teardown(&st);
