@@ -58,6 +58,9 @@ int mtf_graph_num_variables(const mtf_graph *g);
 mtf_tensor mtf_graph_variable(const mtf_graph *g, int i);
 int mtf_tensor_is_variable(const mtf_graph *g, mtf_tensor t);
 
+/* The distinct dimension names of the graph's tensors, in first-seen order: at most max of them into names
+ * (pointers into the graph); returns how many. */
+int mtf_graph_dim_names(const mtf_graph *g, const char **names, int max);
 /* Layout rules checked against a graph without building a plan (pure): one warning for each rule whose
  * dimension no tensor of the graph has, or whose mesh axis the mesh lacks, with a did-you-mean. Such
  * rules are ignored by lowering. */

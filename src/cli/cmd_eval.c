@@ -36,7 +36,7 @@ static int eval_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
   const eval_args *eval = ctx;
   char file[MTF_CKPT_PATH_MAX];
   if (eval->checkpoint) MTF_CHECK(mtf_ckpt_resolve(eval->checkpoint, file, sizeof file, err));
-  mtf_run_warn_layout_model("eval", cfg);
+  MTF_CHECK(mtf_run_check_layout_model(cfg, err));
   return mtf_eval_run(cfg, eval->json, eval->checkpoint ? file : NULL, err);
 }
 

@@ -122,7 +122,7 @@ static int generate_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
     MTF_CHECK(mtf_ckpt_resolve(generate->checkpoint, file, sizeof file, err));
     generate->checkpoint = file;
   }
-  mtf_run_warn_layout_model("generate", cfg);
+  MTF_CHECK(mtf_run_check_layout_model(cfg, err));
   return mtf_generate_run(cfg, ctx, err);
 }
 

@@ -183,10 +183,11 @@ int mtf_cmd_plan(int argc, char **argv) {
   int rc = mtf_run_config_load(&args, cfg, &err);
   if (rc == MTF_OK) rc = mtf_program_build(cfg, 0, &program, &err);
   if (rc == MTF_OK) {
-    mtf_run_warn_layout("plan", program.graph, cfg);
-    print_plan(cfg, &program, json);
+    rc = mtf_run_check_layout(program.graph, cfg, &err);
+    if (rc == MTF_OK) print_plan(cfg, &program, json);
     mtf_program_free(&program);
-  } else {
+  }
+  if (rc != MTF_OK) {
     fprintf(stderr, "mtf plan: error: %s\n", err.msg);
   }
   free(cfg);

@@ -42,12 +42,12 @@ static int train_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
     MTF_CHECK(mtf_ckpt_resolve(train->resume_from, file, sizeof file, err));
     train->resume_from = file;
   }
+  MTF_CHECK(mtf_run_check_layout_model(cfg, err));
   if (mtf_world_rank() == 0) {
     printf("# resolved config (also saved as %s/config.yaml)\n", cfg->run_dir);
     mtf_config_print(cfg, stdout);
     fflush(stdout);
   }
-  mtf_run_warn_layout_model("train", cfg);
   return mtf_train_run(cfg, ctx, err);
 }
 

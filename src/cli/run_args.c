@@ -82,6 +82,7 @@ int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *er
   if (args->layout) {
     snprintf(assignment, sizeof assignment, "mesh.layout=%s", args->layout);
     MTF_CHECK(mtf_config_set(cfg, assignment, err));
+    snprintf(cfg->layout_origin, sizeof cfg->layout_origin, "--layout");
   }
   return mtf_config_validate(cfg, err);
 }
@@ -98,28 +99,55 @@ int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mt
   return rc;
 }
 
-void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg) {
-  if (mtf_world_rank() != 0 || !g) return;
-  mtf_warnings warnings = {0};
-  mtf_layout_check_graph(g, &cfg->mesh_shape, &cfg->layout, &warnings);
-  for (int i = 0; i < warnings.count && i < MTF_WARNINGS_MAX; i++)
-    fprintf(stderr, "mtf %s: warning: %s\n", command, warnings.msg[i]);
-  if (warnings.count > MTF_WARNINGS_MAX)
-    fprintf(stderr, "mtf %s: warning: and %d more layout warnings\n", command, warnings.count - MTF_WARNINGS_MAX);
-  fflush(stderr);
+int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *err) {
+  const char *names[256];
+  int n_names = mtf_graph_dim_names(g, names, (int)(sizeof names / sizeof names[0]));
+  char problems[MTF_ERROR_MSG_MAX] = "", dims[512] = "", axes[256] = "";
+  size_t used = 0;
+  for (int k = 0, at = 0; k < n_names && at < (int)sizeof dims; k++) /* not the engine's own ("_attn") */
+    if (names[k][0] != '_') at += snprintf(dims + at, sizeof dims - (size_t)at, "%s%s", at ? ", " : "", names[k]);
+  for (int a = 0, at = 0; a < cfg->mesh_shape.rank && at < (int)sizeof axes; a++)
+    at += snprintf(axes + at, sizeof axes - (size_t)at, "%s%s", a ? ", " : "", cfg->mesh_shape.dims[a].name);
+  int bad = 0;
+  for (int r = 0; r < cfg->layout.count; r++) {
+    const mtf_layout_rule *rule = &cfg->layout.rules[r];
+    int known = 0;
+    for (int k = 0; k < n_names && !known; k++) known = strcmp(names[k], rule->dim) == 0;
+    int on_mesh = mtf_shape_has(&cfg->mesh_shape, rule->axis);
+    if (known && on_mesh) continue;
+    const char *hint = known ? NULL : mtf_closest_name(rule->dim, names, n_names);
+    char what[400];
+    if (!known)
+      snprintf(what, sizeof what, "rule '%s:%s': no tensor of the model has a dimension '%s'%s%s%s", rule->dim,
+               rule->axis, rule->dim, hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+    else
+      snprintf(what, sizeof what, "rule '%s:%s': the mesh has no axis '%s' (its axes: %s)", rule->dim, rule->axis,
+               rule->axis, cfg->mesh_shape.rank ? axes : "none");
+    if (used < sizeof problems)
+      used += (size_t)snprintf(problems + used, sizeof problems - used, "%s%s", bad ? "; " : "", what);
+    bad++;
+  }
+  if (!bad) return MTF_OK;
+  return mtf_error_set(err, MTF_ERR_LAYOUT,
+                       "%s: mesh.layout '%s': %s. The model's dimensions: %s. Fix the rule%s or drop %s (lowering "
+                       "would ignore %s and split the model otherwise than written)",
+                       cfg->layout_origin[0] ? cfg->layout_origin : cfg->source, cfg->mesh_layout, problems, dims,
+                       bad > 1 ? "s" : "", bad > 1 ? "them" : "it", bad > 1 ? "them" : "it");
 }
 
-void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg) {
-  if (mtf_world_rank() != 0 || cfg->layout.count == 0) return;
+int mtf_run_check_layout_model(const mtf_config *cfg, mtf_error *err) {
+  if (cfg->layout.count == 0) return MTF_OK;
   mtf_graph *g = mtf_graph_create((uint64_t)cfg->train.seed);
-  if (!g) return;
+  if (!g) return MTF_OK;
   mtf_transformer model;
-  mtf_error err;
+  mtf_error build_err;
   memset(&model, 0, sizeof model);
-  if (mtf_transformer_build(g, &cfg->model, cfg->train.batch, 0.0f, &model, &err) == MTF_OK)
-    mtf_run_warn_layout(command, g, cfg);
+  int rc = MTF_OK;
+  if (mtf_transformer_build(g, &cfg->model, cfg->train.batch, 0.0f, &model, &build_err) == MTF_OK)
+    rc = mtf_run_check_layout(g, cfg, err);
   mtf_transformer_free(&model);
   mtf_graph_destroy(g);
+  return rc;
 }
 
 int mtf_run_mpi(const char *command, int *argc, char ***argv, const mtf_run_args *args, mtf_run_body body, void *ctx) {

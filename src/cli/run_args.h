@@ -46,12 +46,14 @@ int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *er
 /* Collective: rank 0 loads; every rank returns its status and message, and the config when it loaded. */
 int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
 
-/* On rank 0, prints "mtf <command>: warning: ..." to stderr for each of cfg's layout rules that names a
- * dimension no tensor of g has or a mesh axis cfg's mesh lacks (lowering ignores such rules). */
-void mtf_run_warn_layout(const char *command, const mtf_graph *g, const mtf_config *cfg);
-/* The same against the model of cfg (its forward graph, built on rank 0 without plans). A model that does
- * not build gives no warning: running it reports why. */
-void mtf_run_warn_layout_model(const char *command, const mtf_config *cfg);
+/* cfg's layout rules against the model's graph g: a rule that names a dimension no tensor of g has, or a mesh
+ * axis cfg's mesh lacks, is an MTF_ERR_LAYOUT naming where the layout was set (FILE:LINE:COL of mesh.layout,
+ * --set mesh.layout or --layout), each such rule and the valid names (lowering would ignore the rule and
+ * split the model otherwise than written). Pure: every rank that calls it gets the same answer. */
+int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *err);
+/* The same against the model of cfg (its forward graph, built without plans). A model that does not build
+ * passes: running it reports why. */
+int mtf_run_check_layout_model(const mtf_config *cfg, mtf_error *err);
 
 /* What an MPI command does with the config on every rank; returns MTF_OK or an error (err says why),
  * MTF_RUN_INTERRUPTED, MTF_RUN_PREEMPTED or MTF_RUN_NOTHING_TO_TRAIN. */

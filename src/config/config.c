@@ -378,6 +378,9 @@ static int load_section(mtf_config *cfg, yaml_document_t *doc, const char *secti
                   (!strcmp(scalar, "~") || !strcmp(scalar, "null") || !strcmp(scalar, "Null") || !strcmp(scalar, "NULL"));
     if (is_null && (spec->type == KEY_TEXT || spec->type == KEY_PATH)) scalar = ""; /* `data.eval: ~` means none */
     MTF_CHECK(store_scalar(cfg, spec, scalar, where, err));
+    if (strcmp(spec->path, "mesh.layout") == 0)
+      snprintf(cfg->layout_origin, sizeof cfg->layout_origin, "%s:%zu:%zu", source, value->start_mark.line + 1,
+               value->start_mark.column + 1);
   }
   return MTF_OK;
 }
@@ -434,7 +437,9 @@ int mtf_config_set(mtf_config *cfg, const char *assignment, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "--set %s: unknown key%s%s%s", path, hint ? "; did you mean '" : "",
                          hint ? hint : "", hint ? "'?" : "");
   }
-  return store_scalar(cfg, spec, equals + 1, "--set ", err);
+  MTF_CHECK(store_scalar(cfg, spec, equals + 1, "--set ", err));
+  if (strcmp(spec->path, "mesh.layout") == 0) snprintf(cfg->layout_origin, sizeof cfg->layout_origin, "--set mesh.layout");
+  return MTF_OK;
 }
 
 /* The model's largest tensors, by their dims from the config: each must have at most MTF_MAX_ELEMENTS

@@ -68,6 +68,7 @@ typedef struct mtf_config {
   mtf_shape mesh_shape;
   char mesh_layout[MTF_CONFIG_PATH];
   mtf_layout_rules layout;      /* parsed mesh_layout */
+  char layout_origin[MTF_CONFIG_PATH + 48]; /* where mesh_layout was set: FILE:LINE:COL, "--set mesh.layout", "--layout" */
   mtf_train_config train;
   char data_train[MTF_CONFIG_PATH], data_eval[MTF_CONFIG_PATH];
   char run_dir[MTF_CONFIG_PATH];

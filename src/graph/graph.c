@@ -179,19 +179,23 @@ mtf_tensor mtf_graph_variable(const mtf_graph *g, int index) {
   return index >= 0 && index < g->n_variables ? g->variables[index] : MTF_NO_TENSOR;
 }
 
-void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
-                            mtf_warnings *warnings) {
-  mtf_layout_rules_check_mesh(rules, mesh, warnings);
-  /* The distinct dimension names of the graph, for the did-you-mean. */
-  const char *names[256];
+int mtf_graph_dim_names(const mtf_graph *g, const char **names, int max) {
   int n_names = 0;
   for (int i = 0; i < g->n_nodes; i++)
     for (int d = 0; d < g->nodes[i].shape.rank; d++) {
       const char *name = g->nodes[i].shape.dims[d].name;
       int seen = 0;
       for (int k = 0; k < n_names && !seen; k++) seen = strcmp(names[k], name) == 0;
-      if (!seen && n_names < (int)(sizeof names / sizeof names[0])) names[n_names++] = name;
+      if (!seen && n_names < max) names[n_names++] = name;
     }
+  return n_names;
+}
+
+void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
+                            mtf_warnings *warnings) {
+  mtf_layout_rules_check_mesh(rules, mesh, warnings);
+  const char *names[256]; /* for the did-you-mean */
+  int n_names = mtf_graph_dim_names(g, names, (int)(sizeof names / sizeof names[0]));
   for (int r = 0; r < rules->count; r++) {
     const char *dim = rules->rules[r].dim;
     int found = 0;
