@@ -17,8 +17,14 @@ Runs with Debian's matplotlib (python3-matplotlib): no display is needed.
 import argparse
 import os
 import re
+import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError as missing:
+    sys.exit(f"plot_metrics: error: {missing} (Python {sys.executable}): install Debian's python3-matplotlib "
+             f"('apt-get install python3-matplotlib', which 'bash tools/install-deps.sh' does) and run "
+             f"tools/plot_metrics.py again")
 
 matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
