@@ -5,7 +5,6 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
-#include "ckpt/checkpoint.h"
 #include "run/train.h"
 
 typedef struct eval_args {
@@ -33,11 +32,10 @@ static int eval_option(void *ctx, int opt, const char *value) {
 }
 
 static int eval_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
-  const eval_args *eval = ctx;
-  char file[MTF_CKPT_PATH_MAX];
-  if (eval->checkpoint) MTF_CHECK(mtf_ckpt_resolve(eval->checkpoint, file, sizeof file, err));
+  eval_args *eval = ctx;
+  MTF_CHECK(mtf_run_resolve_checkpoint(&eval->checkpoint, err));
   MTF_CHECK(mtf_run_check_layout_model(cfg, err));
-  return mtf_eval_run(cfg, eval->json, eval->checkpoint ? file : NULL, err);
+  return mtf_eval_run(cfg, eval->json, eval->checkpoint, err);
 }
 
 int mtf_cmd_eval(int argc, char **argv) {

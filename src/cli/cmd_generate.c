@@ -8,7 +8,6 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
-#include "ckpt/checkpoint.h"
 #include "run/generate.h"
 
 static void generate_usage(FILE *out) {
@@ -117,11 +116,7 @@ static int generate_option(void *ctx, int opt, const char *value) {
 
 static int generate_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
   mtf_generate_options *generate = ctx;
-  static char file[MTF_CKPT_PATH_MAX]; /* outlives the run: generate->checkpoint points at it */
-  if (generate->checkpoint) {
-    MTF_CHECK(mtf_ckpt_resolve(generate->checkpoint, file, sizeof file, err));
-    generate->checkpoint = file;
-  }
+  MTF_CHECK(mtf_run_resolve_checkpoint(&generate->checkpoint, err));
   MTF_CHECK(mtf_run_check_layout_model(cfg, err));
   return mtf_generate_run(cfg, ctx, err);
 }

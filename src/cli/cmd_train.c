@@ -6,7 +6,6 @@
 #include "cli/cli.h"
 #include "cli/run_args.h"
 #include "comm/world.h"
-#include "ckpt/checkpoint.h"
 #include "run/train.h"
 
 static void train_usage(FILE *out) {
@@ -37,11 +36,7 @@ static int train_option(void *ctx, int opt, const char *value) {
 
 static int train_body(const mtf_config *cfg, void *ctx, mtf_error *err) {
   mtf_train_options *train = ctx;
-  static char file[MTF_CKPT_PATH_MAX]; /* outlives the run: train->resume_from points at it */
-  if (train->resume_from) {
-    MTF_CHECK(mtf_ckpt_resolve(train->resume_from, file, sizeof file, err));
-    train->resume_from = file;
-  }
+  MTF_CHECK(mtf_run_resolve_checkpoint(&train->resume_from, err));
   MTF_CHECK(mtf_run_check_layout_model(cfg, err));
   if (mtf_world_rank() == 0) {
     printf("# resolved config (also saved as %s/config.yaml)\n", cfg->run_dir);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/checkpoint.h"
 #include "cli/cli.h"
 #include "comm/world.h"
 #include "model/transformer.h"
@@ -97,6 +98,14 @@ int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mt
     mtf_world_abort(MTF_EXIT_FAILURE, "sharing the config", &comm_err);
   err->code = rc;
   return rc;
+}
+
+int mtf_run_resolve_checkpoint(const char **path, mtf_error *err) {
+  static char file[MTF_CKPT_PATH_MAX]; /* one command, one checkpoint option */
+  if (!*path) return MTF_OK;
+  MTF_CHECK(mtf_ckpt_resolve(*path, file, sizeof file, err));
+  *path = file;
+  return MTF_OK;
 }
 
 int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *err) {
