@@ -58,6 +58,8 @@ if [ "$status" = 75 ] || { [ "$warned" = 1 ] && [ -f "$latest" ] && [ "$(stat -c
   scontrol requeue "$SLURM_JOB_ID" && exit 0
   say "scontrol requeue failed: resubmit the same template; it resumes from $RUN_DIR/checkpoints/latest"
 fi
+# 3: the run was at train.steps already (a new job on a finished run): mtf said so and how to go on.
+if [ "$status" = 3 ]; then say "nothing to train: $RUN_DIR is at train.steps already (see mtf's message above)"; exit 3; fi
 after=$(started)
 if [ -z "$after" ] || [ "$after" = "$before" ]; then
   if [ "$status" = 0 ]; then

@@ -123,6 +123,8 @@ int mtf_ckpt_resolve(const char *given, char *out, size_t size, mtf_error *err) 
     return MTF_OK;
   }
   char dir[MTF_CKPT_PATH_MAX];
+  if (strlen(given) + sizeof "/checkpoints" > sizeof dir)
+    return mtf_error_set(err, MTF_ERR_INVALID, "checkpoint path '%s' is too long", given);
   if (!S_ISDIR(st.st_mode)) { /* `latest`: the name it holds, beside it */
     snprintf(dir, sizeof dir, "%s", given);
     char *slash = strrchr(dir, '/');

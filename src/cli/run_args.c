@@ -20,7 +20,7 @@ void mtf_run_args_usage(FILE *out) {
           "  --mesh SHAPE         override mesh.shape, e.g. 'b:2;m:2'\n"
           "  --layout RULES       override mesh.layout, e.g. 'batch:b;d_ff:m;heads:m;vocab:m'\n"
           "                       (a rule naming a dimension the model lacks or an axis the mesh lacks is\n"
-          "                       ignored, with a warning)\n");
+          "                       an error)\n");
 }
 
 static int usage_error(const mtf_run_command *command) {
@@ -103,9 +103,16 @@ int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mt
 int mtf_run_resolve_checkpoint(const char **path, mtf_error *err) {
   static char file[MTF_CKPT_PATH_MAX]; /* one command, one checkpoint option */
   if (!*path) return MTF_OK;
-  MTF_CHECK(mtf_ckpt_resolve(*path, file, sizeof file, err));
-  *path = file;
-  return MTF_OK;
+  /* Rank 0 reads the directory and `latest` once for all: ranks reading them apart could disagree (a run
+   * writing checkpoints there) or one fail alone, and every rank must open the same file. */
+  int rc = mtf_world_rank() == 0 ? mtf_ckpt_resolve(*path, file, sizeof file, err) : MTF_OK;
+  mtf_error comm_err;
+  if (mtf_world_broadcast(&rc, sizeof rc, 0, &comm_err) || mtf_world_broadcast(err->msg, sizeof err->msg, 0, &comm_err) ||
+      (rc == MTF_OK && mtf_world_broadcast(file, sizeof file, 0, &comm_err)))
+    mtf_world_abort(MTF_EXIT_FAILURE, "sharing the checkpoint path", &comm_err);
+  err->code = rc;
+  if (rc == MTF_OK) *path = file;
+  return rc;
 }
 
 int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *err) {

@@ -46,9 +46,9 @@ int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *er
 /* Collective: rank 0 loads; every rank returns its status and message, and the config when it loaded. */
 int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
 
-/* A --checkpoint/--from PATH as the user gave it (a file, checkpoints/latest, a checkpoints or run directory)
- * replaced by the checkpoint file it means (mtf_ckpt_resolve; the string lives until the process ends). A NULL
- * *path stays NULL. */
+/* Collective: a --checkpoint/--from PATH as the user gave it (a file, checkpoints/latest, a checkpoints or run
+ * directory) replaced by the checkpoint file it means, as rank 0 finds it (mtf_ckpt_resolve; the string lives
+ * until the process ends); every rank returns rank 0's status. A NULL *path stays NULL. */
 int mtf_run_resolve_checkpoint(const char **path, mtf_error *err);
 /* cfg's layout rules against the model's graph g: a rule that names a dimension no tensor of g has, or a mesh
  * axis cfg's mesh lacks, is an MTF_ERR_LAYOUT naming where the layout was set (FILE:LINE:COL of mesh.layout,

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../check.h"
 #include "core/bf16.h"
@@ -54,6 +55,10 @@ static int check_product(int64_t m, int64_t n, int64_t k, int ta, int tb, int64_
 
 int main(void) {
   printf("path: %s\n", mtf_cpu_bf16_path());
+  if (strstr(mtf_cpu_bf16_path(), "through conversion")) { /* no oneDNN products here, so no slices to test */
+    printf("skipped: this CPU runs bf16 products through conversion to fp32 sgemm\n");
+    return 77;
+  }
   srand(7);
   int64_t shapes[][4] = {/* m, n, k, slice */
                          {5, 7, 100, 16},  {33, 17, 64, 16},   {5, 7, 40, 16},  {16, 16, 31, 16},
