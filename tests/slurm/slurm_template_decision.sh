@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # jobs/run-training.sh's verdict, without Slurm: fake srun and scontrol on PATH and a fake mtf. A job whose
 # srun ends without starting mtf (status 0 or not) must fail with a message, never "done, exit status 0";
-# a real run's status, and the checkpoint/requeue path (75), are kept. usage: slurm_template_decision.sh SOURCE_DIR WORK
+# a real run's status, and the checkpoint/requeue path (75), are kept; mtf's 3 (a finished run started
+# again) is reported as nothing to train. usage: slurm_template_decision.sh SOURCE_DIR WORK
 set -uo pipefail
 source_dir=$1 work=$2
 rm -rf "$work" && mkdir -p "$work/bin" || exit 1
@@ -52,7 +53,8 @@ check srun_1_no_tasks        skip-1 0  1 "training did not start"
 check srun_1_no_tasks_stale  skip-1 0  1 "training did not start" stale
 check trained                run    0  0 "done, exit status 0"
 check trained_over_old_run   run    0  0 "done, exit status 0" stale
-check mtf_failed             run    3  3 "failed, exit status 3"
+check mtf_failed             run    1  1 "failed, exit status 1"
+check nothing_to_train       run    3  3 "nothing to train: .* is at train.steps already"
 check checkpoint_requeue     run    75 0 "requeueing to resume"
 grep -q "requeue 42" "$work/checkpoint_requeue/scontrol.log" 2>/dev/null || { echo "FAIL checkpoint_requeue: scontrol requeue 42 was not called"; failures=$((failures + 1)); }
 [ "$failures" = 0 ] || { echo "$failures case(s) failed"; exit 1; }
