@@ -59,13 +59,9 @@ mtf_tensor mtf_graph_variable(const mtf_graph *g, int i);
 int mtf_tensor_is_variable(const mtf_graph *g, mtf_tensor t);
 
 /* The distinct dimension names of the graph's tensors, in first-seen order: at most max of them into names
- * (pointers into the graph); returns how many. */
+ * (pointers into the graph); returns how many. (The commands check layout rules against them before
+ * lowering, which would ignore a rule naming none of them: src/cli/run_args.c.) */
 int mtf_graph_dim_names(const mtf_graph *g, const char **names, int max);
-/* Layout rules checked against a graph without building a plan (pure): one warning for each rule whose
- * dimension no tensor of the graph has, or whose mesh axis the mesh lacks, with a did-you-mean. Such
- * rules are ignored by lowering. */
-void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
-                            mtf_warnings *warnings);
 
 /* ---- sources ---- */
 mtf_tensor mtf_input(mtf_graph *g, const char *name, const mtf_shape *shape);

@@ -88,16 +88,21 @@ int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *er
   return mtf_config_validate(cfg, err);
 }
 
-int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err) {
-  int rc = MTF_OK;
-  mtf_error_clear(err);
-  if (mtf_world_rank() == 0) rc = mtf_run_config_load(args, cfg, err);
+/* Rank 0's status and message to every rank, and its result (bytes of it) where it succeeded: what rank 0
+ * alone worked out (from files every rank would read alike) becomes every rank's answer. */
+static int share_from_rank0(int rc, void *result, size_t bytes, const char *what, mtf_error *err) {
   mtf_error comm_err;
   if (mtf_world_broadcast(&rc, sizeof rc, 0, &comm_err) || mtf_world_broadcast(err->msg, sizeof err->msg, 0, &comm_err) ||
-      (rc == MTF_OK && mtf_world_broadcast(cfg, sizeof *cfg, 0, &comm_err)))
-    mtf_world_abort(MTF_EXIT_FAILURE, "sharing the config", &comm_err);
+      (rc == MTF_OK && mtf_world_broadcast(result, bytes, 0, &comm_err)))
+    mtf_world_abort(MTF_EXIT_FAILURE, what, &comm_err);
   err->code = rc;
   return rc;
+}
+
+int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err) {
+  mtf_error_clear(err);
+  int rc = mtf_world_rank() == 0 ? mtf_run_config_load(args, cfg, err) : MTF_OK;
+  return share_from_rank0(rc, cfg, sizeof *cfg, "sharing the config", err);
 }
 
 int mtf_run_resolve_checkpoint(const char **path, mtf_error *err) {
@@ -106,13 +111,9 @@ int mtf_run_resolve_checkpoint(const char **path, mtf_error *err) {
   /* Rank 0 reads the directory and `latest` once for all: ranks reading them apart could disagree (a run
    * writing checkpoints there) or one fail alone, and every rank must open the same file. */
   int rc = mtf_world_rank() == 0 ? mtf_ckpt_resolve(*path, file, sizeof file, err) : MTF_OK;
-  mtf_error comm_err;
-  if (mtf_world_broadcast(&rc, sizeof rc, 0, &comm_err) || mtf_world_broadcast(err->msg, sizeof err->msg, 0, &comm_err) ||
-      (rc == MTF_OK && mtf_world_broadcast(file, sizeof file, 0, &comm_err)))
-    mtf_world_abort(MTF_EXIT_FAILURE, "sharing the checkpoint path", &comm_err);
-  err->code = rc;
-  if (rc == MTF_OK) *path = file;
-  return rc;
+  MTF_CHECK(share_from_rank0(rc, file, sizeof file, "sharing the checkpoint path", err));
+  *path = file;
+  return MTF_OK;
 }
 
 int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *err) {
@@ -122,8 +123,7 @@ int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *e
   size_t used = 0;
   for (int k = 0, at = 0; k < n_names && at < (int)sizeof dims; k++) /* not the engine's own ("_attn") */
     if (names[k][0] != '_') at += snprintf(dims + at, sizeof dims - (size_t)at, "%s%s", at ? ", " : "", names[k]);
-  for (int a = 0, at = 0; a < cfg->mesh_shape.rank && at < (int)sizeof axes; a++)
-    at += snprintf(axes + at, sizeof axes - (size_t)at, "%s%s", a ? ", " : "", cfg->mesh_shape.dims[a].name);
+  mtf_mesh_axis_names(&cfg->mesh_shape, axes, sizeof axes);
   int bad = 0;
   for (int r = 0; r < cfg->layout.count; r++) {
     const mtf_layout_rule *rule = &cfg->layout.rules[r];
@@ -138,7 +138,7 @@ int mtf_run_check_layout(const mtf_graph *g, const mtf_config *cfg, mtf_error *e
                rule->axis, rule->dim, hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
     else
       snprintf(what, sizeof what, "rule '%s:%s': the mesh has no axis '%s' (its axes: %s)", rule->dim, rule->axis,
-               rule->axis, cfg->mesh_shape.rank ? axes : "none");
+               rule->axis, axes);
     if (used < sizeof problems)
       used += (size_t)snprintf(problems + used, sizeof problems - used, "%s%s", bad ? "; " : "", what);
     bad++;

@@ -43,7 +43,7 @@ const char *mtf_layout_rules_format(const mtf_layout_rules *rules, char *buf, si
   return buf;
 }
 
-static void mesh_axis_names(const mtf_shape *mesh, char *buf, size_t size) {
+void mtf_mesh_axis_names(const mtf_shape *mesh, char *buf, size_t size) {
   size_t used = 0;
   buf[0] = '\0';
   for (int a = 0; a < mesh->rank && used < size; a++)
@@ -56,7 +56,7 @@ void mtf_layout_rules_check_mesh(const mtf_layout_rules *rules, const mtf_shape 
     const mtf_layout_rule *rule = &rules->rules[i];
     if (mtf_shape_has(mesh, rule->axis)) continue;
     char mesh_text[MTF_SHAPE_STR_MAX], names[MTF_SHAPE_STR_MAX];
-    mesh_axis_names(mesh, names, sizeof names);
+    mtf_mesh_axis_names(mesh, names, sizeof names);
     mtf_warn(warnings,
              "layout rule '%s:%s' names mesh axis '%s', which is not in mesh %s (its axes: %s); the rule is "
              "ignored and '%s' is not split: fix the axis name or drop the rule",

@@ -28,6 +28,8 @@ int mtf_layout_rules_add(mtf_layout_rules *rules, const char *dim, const char *a
 /* Writes `batch:b;d_ff:m` into buf; returns buf. */
 const char *mtf_layout_rules_format(const mtf_layout_rules *rules, char *buf, size_t size);
 
+/* "b, m" (the mesh's axis names), or "none" for an empty mesh, into buf. */
+void mtf_mesh_axis_names(const mtf_shape *mesh, char *buf, size_t size);
 /* Warns about every rule whose mesh axis is not in the mesh (such a rule is ignored). */
 void mtf_layout_rules_check_mesh(const mtf_layout_rules *rules, const mtf_shape *mesh, mtf_warnings *warnings);
 

@@ -191,22 +191,6 @@ int mtf_graph_dim_names(const mtf_graph *g, const char **names, int max) {
   return n_names;
 }
 
-void mtf_layout_check_graph(const mtf_graph *g, const mtf_shape *mesh, const mtf_layout_rules *rules,
-                            mtf_warnings *warnings) {
-  mtf_layout_rules_check_mesh(rules, mesh, warnings);
-  const char *names[256]; /* for the did-you-mean */
-  int n_names = mtf_graph_dim_names(g, names, (int)(sizeof names / sizeof names[0]));
-  for (int r = 0; r < rules->count; r++) {
-    const char *dim = rules->rules[r].dim;
-    int found = 0;
-    for (int k = 0; k < n_names && !found; k++) found = strcmp(names[k], dim) == 0;
-    if (found) continue;
-    const char *hint = mtf_closest_name(dim, names, n_names);
-    mtf_warn(warnings, "layout rule '%s:%s': no tensor of the model has a dimension '%s'%s%s%s; the rule is ignored",
-             dim, rules->rules[r].axis, dim, hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
-  }
-}
-
 mtf_tensor mtf_variable(mtf_graph *g, const char *name, const mtf_shape *shape, mtf_init init, float scale) {
   if (g->error.code == MTF_OK && mtf_find_variable(g, name) != MTF_NO_TENSOR)
     return mtf_graph_fail(g, MTF_ERR_INVALID, "variable '%s' is defined twice; variable names must be unique", name);
