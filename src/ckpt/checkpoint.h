@@ -98,6 +98,9 @@ const mtf_ckpt_tokenizer *mtf_ckpt_tokenizer_of_data(const char *spec, char *war
 
 /* One process, no MPI: prints a checkpoint's step, state, mesh, layout, config and datasets. */
 int mtf_ckpt_inspect(const char *path, int json, FILE *out, mtf_error *err);
+/* One process, no MPI: the YAML of the config the checkpoint was written with (*text malloc'ed, freed by the
+ * caller; NULL on error). */
+int mtf_ckpt_read_config(const char *path, char **text, mtf_error *err);
 
 /* One process, no MPI: reads every dataset of /variables and compares it with its `checksum` attribute;
  * prints a line per bad dataset and a summary to out. MTF_ERR_IO (naming the first bad dataset) when any

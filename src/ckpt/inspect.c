@@ -204,3 +204,32 @@ int mtf_ckpt_inspect(const char *path, int json, FILE *out, mtf_error *err) {
   mtf_ckpt_tokenizer_free(&tok);
   return rc;
 }
+
+static int read_config_locked(const char *path, char **text, mtf_error *err) {
+  hid_t file = mtf_ckpt_open_serial(path, err);
+  if (file < 0) return err->code;
+  int64_t size = mtf_ckpt_attr_string_size(file, "config");
+  char *config = size > 0 ? calloc((size_t)size, 1) : NULL;
+  int rc = MTF_OK;
+  if (size > 0 && !config) rc = mtf_error_set(err, MTF_ERR_NOMEM, "out of memory for the config of '%s'", path);
+  else if (!config || mtf_ckpt_attr_read_string(file, "config", config, (size_t)size) != 0) {
+    char why[160];
+    mtf_ckpt_attr_string_problem(file, "config", why, sizeof why);
+    rc = mtf_error_set(err, MTF_ERR_IO, "checkpoint '%s': its 'config' attribute cannot be read as one string: %s "
+                       "(not an mtf checkpoint, or damaged): give the CONFIG the run was trained with", path, why);
+  }
+  H5Fclose(file);
+  if (rc != MTF_OK) {
+    free(config);
+    config = NULL;
+  }
+  *text = config;
+  return rc;
+}
+
+int mtf_ckpt_read_config(const char *path, char **text, mtf_error *err) {
+  mtf_hdf5_lock();
+  int rc = read_config_locked(path, text, err);
+  mtf_hdf5_unlock();
+  return rc;
+}

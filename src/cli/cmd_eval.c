@@ -42,7 +42,7 @@ int mtf_cmd_eval(int argc, char **argv) {
   static const struct option options[] = {
       {"json", no_argument, 0, 'j'}, {"checkpoint", required_argument, 0, 'c'}, {0, 0, 0, 0}};
   eval_args eval = {0};
-  const mtf_run_command command = {"eval", eval_usage, options, eval_option, &eval};
+  const mtf_run_command command = {"eval", eval_usage, options, eval_option, &eval, 0};
   mtf_run_args args;
   int status = mtf_run_args_parse(argc, argv, &command, &args);
   if (status) return status == MTF_RUN_ARGS_HELP ? MTF_EXIT_OK : status;

@@ -11,19 +11,22 @@
 #include "run/generate.h"
 
 static void generate_usage(FILE *out) {
-  fprintf(out, "usage: mpiexec -n N mtf generate CONFIG [--set key.path=value]... [--mesh SHAPE] [--layout RULES]\n"
+  fprintf(out, "usage: mpiexec -n N mtf generate [CONFIG] [--set key.path=value]... [--mesh SHAPE] [--layout RULES]\n"
                "           [--checkpoint PATH] (--prompt TEXT... | --prompts FILE | --prompt-ids IDS) [--ids] [--vocab FILE]\n"
                "           [--max-new N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--beam N]\n"
                "           [--length-penalty A] [--no-cache] [--stream] [--json]\n"
                "\n");
   mtf_run_args_usage(out);
-  fprintf(out, "  --checkpoint PATH    the checkpoint to sample from (a file, a checkpoints/latest, or a directory: its\n"
+  fprintf(out, "                       (generate: without CONFIG, the config stored in --checkpoint's file, with\n"
+               "                       --set, --mesh and --layout applied on top)\n"
+               "  --checkpoint PATH    the checkpoint to sample from (a file, a checkpoints/latest, or a directory: its\n"
                "                       latest; default: RUN_DIR/checkpoints' latest good one)\n"
                "  --prompt TEXT        a text to continue (repeat for a batch), encoded with the checkpoint's tokenizer:\n"
                "                       bytes, or greedy longest match over its decode table (see docs/DATA.md); empty:\n"
                "                       start a new document at end-of-text\n"
                "  --prompts FILE       more prompts, one per line (with --ids: a JSON array of ids per line); all run\n"
                "                       in one batch, each row giving what it gives alone; one output line each\n"
+               "                       (its newlines written as \\n, backslashes as \\\\)\n"
                "  --prompt-ids IDS     the prompt as token ids, separated by spaces or commas (any tokenizer)\n"
                "  --ids                prompts (--prompt, --prompts) and output as JSON arrays of token ids, one line\n"
                "                       per prompt: the output is valid input (ids are printed as text automatically\n"
@@ -40,9 +43,9 @@ static void generate_usage(FILE *out) {
                "  --length-penalty A   beam scores are log-probability / ((5 + length) / 6)^A (default 0.6)\n"
                "  --no-cache           re-run the whole window per token (the reference for the cached path)\n"
                "  --stream             with --json: a JSON line per token as it comes (one prompt's text streams anyway)\n"
-               "  --json               one JSON object per prompt: ids, log-probs, per-step times (the header goes to\n"
-               "                       stderr)\n"
-               "  -h, --help           show this help\n");
+               "  --json               one JSON object per prompt: ids, log-probs, per-step times\n"
+               "  -h, --help           show this help\n"
+               "The header lines (backend:, generate:) and warnings go to stderr: stdout carries only the output.\n");
 }
 
 static int generate_option(void *ctx, int opt, const char *value) {
@@ -134,10 +137,16 @@ int mtf_cmd_generate(int argc, char **argv) {
       {0, 0, 0, 0}};
   static mtf_generate_options generate = {.max_new = 200, .temperature = 1.0, .top_k = 0, .top_p = 1.0, .seed = 1,
                                           .length_penalty = 0.6};
-  const mtf_run_command command = {"generate", generate_usage, options, generate_option, &generate};
+  const mtf_run_command command = {"generate", generate_usage, options, generate_option, &generate, 1};
   mtf_run_args args;
   int status = mtf_run_args_parse(argc, argv, &command, &args);
   if (status) return status == MTF_RUN_ARGS_HELP ? MTF_EXIT_OK : status;
+  if (!args.config_path && !generate.checkpoint) {
+    fprintf(stderr, "mtf generate: give a CONFIG, or --checkpoint PATH (whose stored config is then used)\n\n");
+    generate_usage(stderr);
+    return MTF_EXIT_USAGE;
+  }
+  args.config_checkpoint = generate.checkpoint;
   int texts = generate.n_prompts > 0 || generate.prompts_file;
   if (texts == !!generate.prompt_ids) {
     fprintf(stderr, texts ? "mtf generate: give --prompt/--prompts or --prompt-ids, not both\n\n"

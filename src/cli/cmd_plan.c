@@ -169,7 +169,7 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
 int mtf_cmd_plan(int argc, char **argv) {
   static const struct option options[] = {{"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
   int json = 0;
-  const mtf_run_command command = {"plan", plan_usage, options, plan_option, &json};
+  const mtf_run_command command = {"plan", plan_usage, options, plan_option, &json, 0};
   mtf_run_args args;
   int status = mtf_run_args_parse(argc, argv, &command, &args);
   if (status) return status == MTF_RUN_ARGS_HELP ? MTF_EXIT_OK : status;

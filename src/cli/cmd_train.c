@@ -50,7 +50,7 @@ int mtf_cmd_train(int argc, char **argv) {
   static const struct option options[] = {{"from", required_argument, 0, 'f'}, {"fresh", no_argument, 0, 'F'},
                                                 {"done-ok", no_argument, 0, 'd'}, {0, 0, 0, 0}};
   mtf_train_options train = {0};
-  const mtf_run_command command = {"train", train_usage, options, train_option, &train};
+  const mtf_run_command command = {"train", train_usage, options, train_option, &train, 0};
   mtf_run_args args;
   int status = mtf_run_args_parse(argc, argv, &command, &args);
   if (status) return status == MTF_RUN_ARGS_HELP ? MTF_EXIT_OK : status;

@@ -63,6 +63,7 @@ int mtf_run_args_parse(int argc, char **argv, const mtf_run_command *command, mt
       }
     }
   }
+  if (optind == argc && command->config_from_checkpoint) return MTF_EXIT_OK; /* the command says which */
   if (optind != argc - 1) {
     fprintf(stderr, "mtf %s: %s\n\n", command->name, optind >= argc ? "a CONFIG file is required" : "only one CONFIG file");
     return usage_error(command);
@@ -73,7 +74,18 @@ int mtf_run_args_parse(int argc, char **argv, const mtf_run_command *command, mt
 
 int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *err) {
   mtf_config_defaults(cfg);
-  MTF_CHECK(mtf_config_load_file(cfg, args->config_path, err));
+  if (args->config_path) {
+    MTF_CHECK(mtf_config_load_file(cfg, args->config_path, err));
+  } else {
+    char file[MTF_CKPT_PATH_MAX], source[MTF_CONFIG_PATH];
+    char *text = NULL;
+    MTF_CHECK(mtf_ckpt_resolve(args->config_checkpoint, file, sizeof file, err));
+    MTF_CHECK(mtf_ckpt_read_config(file, &text, err));
+    snprintf(source, sizeof source, "%.470s (its stored config)", file); /* a message's name, not a path */
+    int rc = mtf_config_load_text(cfg, text, strlen(text), source, err);
+    free(text);
+    MTF_CHECK(rc);
+  }
   for (int i = 0; i < args->n_sets; i++) MTF_CHECK(mtf_config_set(cfg, args->sets[i], err));
   char assignment[MTF_CONFIG_PATH + 16];
   if (args->mesh) {

@@ -17,7 +17,10 @@
 #define MTF_RUN_ARGS_HELP (-1)
 
 typedef struct mtf_run_args {
-  const char *config_path;
+  const char *config_path; /* NULL only for a command with config_from_checkpoint */
+  /* Where config_path is NULL: the checkpoint (as the user named it: a file, checkpoints/latest, a
+   * checkpoints or run directory) whose stored config is loaded instead, --set and friends applied on top. */
+  const char *config_checkpoint;
   const char *sets[MTF_RUN_MAX_SETS]; /* --set key.path=value, in order */
   int n_sets;
   const char *mesh, *layout; /* --mesh, --layout (NULL: the config's) */
@@ -33,6 +36,7 @@ typedef struct mtf_run_command {
   /* Stores one of them; returns MTF_EXIT_OK, or MTF_EXIT_USAGE after saying why on stderr. */
   int (*handle)(void *ctx, int opt, const char *value);
   void *ctx;
+  int config_from_checkpoint; /* 1: CONFIG may be left out (the command then sets args->config_checkpoint) */
 } mtf_run_command;
 
 /* Parses argv (argv[0] is the command's name). Returns MTF_EXIT_OK; MTF_EXIT_USAGE after printing the
@@ -41,7 +45,8 @@ int mtf_run_args_parse(int argc, char **argv, const mtf_run_command *command, mt
 /* The usage lines of the shared arguments (CONFIG, --set, --mesh, --layout). */
 void mtf_run_args_usage(FILE *out);
 
-/* Reads the config file, applies --set, --mesh and --layout, and validates (one process). */
+/* Reads the config file (or the config stored in args->config_checkpoint), applies --set, --mesh and
+ * --layout, and validates (one process). */
 int mtf_run_config_load(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);
 /* Collective: rank 0 loads; every rank returns its status and message, and the config when it loaded. */
 int mtf_run_config_load_collective(const mtf_run_args *args, mtf_config *cfg, mtf_error *err);

@@ -330,9 +330,10 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   }
   if (engine.comm) rc = mtf_comm_agree(engine.comm, rc, err);
   int stream_text = users == 1 && beam == 1 && !opts->json && !opts->print_ids;
-  if (rc == MTF_OK) mtf_run_print_backend(engine.decode_s ? engine.decode_s : engine.full_s, opts->json);
+  /* The header lines go to stderr: stdout carries only the generated text (or JSON), for files and pipes. */
+  if (rc == MTF_OK) mtf_run_print_backend(engine.decode_s ? engine.decode_s : engine.full_s, 1);
   if (rc == MTF_OK && rank == 0) {
-    FILE *out = opts->json ? stderr : stdout;
+    FILE *out = stderr;
     fprintf(out, "generate: checkpoint at step %lld, ", (long long)state.step);
     if (beam > 1) fprintf(out, "beam %d, length penalty %g", beam, opts->length_penalty);
     else fprintf(out, "temperature %g, top-k %lld, top-p %g, seed %llu", opts->temperature, (long long)opts->top_k,
@@ -369,8 +370,11 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
           printf("\n");
         } else {
           int64_t from = row->prompt_len ? 0 : 1;
-          for (int64_t i = from; i < row->len; i++) mtf_gen_emit(&tok, stdout, row->ids[i], i == from);
-          printf("\n");
+          size_t size = 0;
+          char *text = mtf_gen_text(&tok, row->ids + from, row->len - from, &size);
+          if (!text) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory for prompt %lld's text", (long long)u + 1);
+          else mtf_gen_emit_one_line(stdout, text, size);
+          free(text);
         }
       }
     }

@@ -235,3 +235,13 @@ char *mtf_gen_text(const mtf_gen_tokens *t, const int32_t *ids, int64_t n, size_
   fclose(mem);
   return buf;
 }
+
+void mtf_gen_emit_one_line(FILE *out, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '\\') fputs("\\\\", out);
+    else if (s[i] == '\n') fputs("\\n", out);
+    else if (s[i] == '\r') fputs("\\r", out);
+    else fputc(s[i], out);
+  }
+  fputc('\n', out);
+}

@@ -47,6 +47,9 @@ void mtf_gen_free_lines(char **lines, int64_t count);
 void mtf_gen_emit(const mtf_gen_tokens *t, FILE *out, int32_t id, int first);
 /* Writes ids as a JSON array (no newline). */
 void mtf_gen_emit_json_ids(FILE *out, const int32_t *ids, int64_t n);
+/* n bytes of text as one line of out: backslash, newline and carriage return written as \\, \n and \r (so a
+ * batch prints exactly one line per prompt), then a newline. */
+void mtf_gen_emit_one_line(FILE *out, const char *s, size_t n);
 /* Writes s as a JSON string (quoted, escaped). */
 void mtf_gen_json_string(FILE *out, const char *s, size_t n);
 /* The text of ids, as mtf_gen_emit writes it, into a malloc'd buffer of *size bytes. */

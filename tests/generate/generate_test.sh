@@ -17,19 +17,16 @@ MODEL=(--set model.length=128 --set run.dir="$WORK/run")
   --set train.steps=1 --set train.checkpoint_every=1 --set train.warmup_steps=0 --set train.log_every=1 \
   >"$WORK/train.log" 2>&1 || { cat "$WORK/train.log"; fail "train"; }
 
-# gen NPROCS MESH LAYOUT ARGS...: the output lines after the header (stdout only)
+# gen NPROCS MESH LAYOUT ARGS...: stdout, which holds only the output (the header lines go to stderr)
 gen() {
   local n=$1 mesh=$2 layout=$3
   shift 3
   local place=()
   [ -n "$mesh" ] && place=(--mesh "$mesh" --layout "$layout")
-  "$MPIEXEC" -n "$n" "$MTF" generate "$CONFIG" "${MODEL[@]}" "${place[@]}" "$@" 2>"$WORK/stderr" |
-    sed -n '/^generate: checkpoint/,$p' | tail -n +2
+  "$MPIEXEC" -n "$n" "$MTF" generate "$CONFIG" "${MODEL[@]}" "${place[@]}" "$@" 2>"$WORK/stderr"
 }
-# the same, stdout whole (--json puts the header on stderr)
-gen_raw() {
-  "$MPIEXEC" -n 1 "$MTF" generate "$CONFIG" "${MODEL[@]}" "$@" 2>"$WORK/stderr"
-}
+# the same on 1 rank
+gen_raw() { gen 1 "" "" "$@"; }
 MESHES=("1;;" "4;b:2,m:2;batch:b,heads:m,vocab:m" "4;b:2,m:2;batch:m,heads:b,d_ff:b,vocab:b")
 NEW=64
 SAMPLINGS=("--temperature 1" "--temperature 0.8 --top-k 20" "--temperature 1.2 --top-p 0.9")
@@ -138,4 +135,28 @@ grep -q "id 9999 is not in \[0, 384) (model.vocab)" "$WORK/stderr" || fail "id o
 gen 1 "" "" --prompts "$WORK/empty.txt" --max-new 2 >/dev/null
 grep -q "holds no prompt" "$WORK/stderr" || fail "empty prompts file: $(cat "$WORK/stderr")"
 echo "ok: bad inputs"
+
+# 8. stdout holds the output alone (header lines on stderr); a batch prints one line per prompt whatever the
+# text holds; without CONFIG the checkpoint's stored config is used.
+out=$(gen 1 "" "" --prompt "xyz" --max-new 0)
+[ "$out" = "xyz" ] || fail "stdout must hold only the text: '$out'"
+grep -q "^backend: " "$WORK/stderr" && grep -q "^generate: checkpoint at step 1" "$WORK/stderr" ||
+  fail "the header lines must be on stderr: $(cat "$WORK/stderr")"
+out=$(gen 1 "" "" --prompt $'one\ntwo' --prompt 'back\slash' --prompt $'cr\r' --max-new 0)
+expected=$(printf '%s\n' 'one\ntwo' 'back\\slash' 'cr\r')
+[ "$out" = "$expected" ] || fail "a batch must print one escaped line per prompt: '$out', expected '$expected'"
+ref=$(gen 1 "" "" --prompt "hello world=" --ids --max-new 8 --temperature 0)
+for ckpt in "$WORK/run" "$WORK/run/checkpoints/latest"; do
+  out=$("$MPIEXEC" -n 1 "$MTF" generate --checkpoint "$ckpt" --prompt "hello world=" --ids --max-new 8 --temperature 0 \
+    2>"$WORK/stderr")
+  [ "$out" = "$ref" ] || fail "without CONFIG (--checkpoint $ckpt): '$out', with it: '$ref'; $(cat "$WORK/stderr")"
+done
+out=$("$MPIEXEC" -n 2 "$MTF" generate --checkpoint "$WORK/run" --mesh b:2 --layout batch:b --prompt "hello world=" \
+  --ids --max-new 8 --temperature 0 2>"$WORK/stderr")
+[ "$out" = "$ref" ] || fail "without CONFIG on b:2: '$out', reference '$ref'; $(cat "$WORK/stderr")"
+"$MTF" generate --prompt x >/dev/null 2>"$WORK/stderr"
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "give a CONFIG, or --checkpoint PATH" "$WORK/stderr" ||
+  fail "neither CONFIG nor --checkpoint: exit $rc, $(cat "$WORK/stderr")"
+echo "ok: stdout and stderr, one line per prompt, the config from the checkpoint"
 echo "generate tests: all ok"

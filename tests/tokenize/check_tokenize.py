@@ -201,9 +201,11 @@ def generate(mtf, mpiexec, config, data, work, decode_ids):
     header = next(l for l in out.splitlines() if l.startswith("generate: checkpoint"))
     if "tokenizer 'bpe-bytelevel-4096'" not in header:
         fail(f"generate's header does not name the tokenizer: {header}")
-    generated = text[text.index(b"generate: checkpoint"):].split(b"\n", 1)[1].rstrip(b"\n")
+    if b"generate: checkpoint" in text or b"backend: " in text:
+        fail(f"generate's header lines must go to stderr, not stdout: {text!r}")
+    generated = text.rstrip(b"\n")
     ids_out, _ = run(gen + ["--ids"])
-    ids_line = ids_out[ids_out.index(b"generate: checkpoint"):].split(b"\n", 1)[1].strip()
+    ids_line = ids_out.strip()
     ids = [int(x) for x in json.loads(ids_line)]  # --ids prints a JSON array of the prompt's and new ids
     greedy, _ = run([decode_ids, "ckpt", ckpt, "encode"], stdin=b"The ")
     n_prompt = len(greedy.split())
@@ -221,7 +223,7 @@ def generate(mtf, mpiexec, config, data, work, decode_ids):
     # --prompt-ids gives the same text for the same ids.
     same, _ = run(gen[:gen.index("--prompt")] + ["--prompt-ids", ",".join(map(str, ids[:n_prompt])), "--max-new",
                                                  "40", "--seed", "3"])
-    if same[same.index(b"generate: checkpoint"):].split(b"\n", 1)[1].rstrip(b"\n") != generated:
+    if same.rstrip(b"\n") != generated:
         fail("--prompt-ids with the prompt's ids gives other text than --prompt")
 
     # Shards without a decode table: generate prints ids, and refuses a text prompt.
@@ -236,13 +238,13 @@ def generate(mtf, mpiexec, config, data, work, decode_ids):
     run(train(bare, 2, bare_run, False))
     bare_gen = [mpiexec, "-n", "1", mtf, "generate", config, *model, "--set", f"run.dir={bare_run}", "--max-new", "5"]
     out, log = run(bare_gen + ["--prompt-ids", "0"])
-    body = out[out.index(b"generate: checkpoint"):].split(b"\n")
-    if b"(no decode table: ids)" not in body[0] or not re.fullmatch(rb"0( [0-9]+){1,5}", body[1]):
+    body = out.split(b"\n")
+    if "(no decode table: ids)" not in log or not re.fullmatch(rb"0( [0-9]+){1,5}", body[0]):
         fail(f"without a decode table generate must print ids:\n{log}")
     _, log = run(bare_gen + ["--prompt", "The "], want=1)
     if "has no decode table, so a text prompt cannot be encoded: give the prompt as ids with --prompt-ids" not in log:
         fail(f"a text prompt without a decode table: {log}")
-    print(f"generate: without a decode table: {body[1].decode()}; a text prompt is refused")
+    print(f"generate: without a decode table: {body[0].decode()}; a text prompt is refused")
 
 
 def main():
