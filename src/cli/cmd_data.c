@@ -22,8 +22,6 @@
 #include "io/synth.h"
 #include "io/tokenize.h"
 
-#define MAX_INPUTS 256
-
 static void data_usage(FILE *out) {
   fprintf(out,
           "usage: mtf data prepare --input PATH [--input PATH...] --output DIR [--tokenizer bytes]\n"
@@ -38,16 +36,18 @@ static void data_usage(FILE *out) {
           "Token shards are HDF5 files with a 1-D dataset 'tokens' (docs/DATA.md). DATA is a directory of\n"
           "*.h5 shards, a glob ('data/fortunes/train-*.h5') or one shard.\n"
           "\n"
-          "  prepare   tokenise text files (directories are walked; each file is a document) into\n"
-          "            DIR/train-00000.h5 ... and DIR/val-00000.h5 ...; the 'bytes' tokenizer maps byte b to\n"
-          "            id b and ends each document with id 256 (vocabulary 384); for BPE and Hugging Face\n"
-          "            tokenizers use tools/prepare_tokenized.py (same --input/--output, docs/DATA.md)\n"
+          "  prepare   tokenise text files (each file is a document; directories are walked in sorted order,\n"
+          "            following links) into DIR/train-00000.h5 ... and DIR/val-00000.h5 ...; the 'bytes'\n"
+          "            tokenizer maps byte b to id b and ends each document with id 256 (vocabulary 384); for\n"
+          "            BPE and Hugging Face tokenizers use tools/prepare_tokenized.py (docs/DATA.md)\n"
           "  synth     write a learnable synthetic task (copy, reverse, sort, add) in the same format\n"
           "  inspect   print each shard's tokens, type and attributes, and check it (every id below vocab_size, its\n"
           "            decode table too)\n"
           "  check     read K steps as training would, on a mesh (default 'b:N', layout 'batch:b')\n"
           "\n"
-          "  --input PATH        a text file or a directory (repeat for more)\n"
+          "  --input PATH        a text file, a directory or a quoted glob ('corpus/*.txt'); repeat for\n"
+          "                      more (no limit). Inside directories and globs, binary files, hidden entries\n"
+          "                      and broken links are skipped; a file or directory reached twice is taken once\n"
           "  --output DIR        where shards go (created if missing)\n"
           "  --shard-tokens N    tokens per shard (default %lld)\n"
           "  --val-fraction F    share of documents (prepare, default 0.05) or extra examples (synth,\n"
@@ -111,7 +111,7 @@ static const struct option data_options[] = {
 
 /* Everything any data subcommand accepts; each subcommand refuses what it does not use. */
 typedef struct data_args {
-  const char *inputs[MAX_INPUTS];
+  const char **inputs; /* room for argc: each --input takes at least one argument of the command line */
   int input_count;
   const char *output, *tokenizer, *task, *data, *mesh, *layout;
   long long shard_tokens, examples, length, seed, batch, steps, prefetch, vocab, pack;
@@ -120,8 +120,14 @@ typedef struct data_args {
   unsigned seen; /* bit (option - OPT_INPUT) set when given */
 } data_args;
 
+/* Fills args; args->inputs is allocated (free it, also after a failure). */
 static int parse_args(int argc, char **argv, data_args *args) {
   memset(args, 0, sizeof *args);
+  args->inputs = malloc(sizeof(const char *) * (size_t)argc);
+  if (!args->inputs) {
+    fprintf(stderr, "mtf data: out of memory reading the command line\n");
+    return -1;
+  }
   args->tokenizer = MTF_BYTES_TOKENIZER;
   args->shard_tokens = MTF_DEFAULT_SHARD_TOKENS;
   args->examples = 10000;
@@ -133,13 +139,7 @@ static int parse_args(int argc, char **argv, data_args *args) {
   while ((opt = getopt_long(argc, argv, "h", data_options, NULL)) != -1) {
     if (opt >= OPT_INPUT) args->seen |= 1u << (opt - OPT_INPUT);
     switch (opt) {
-      case OPT_INPUT:
-        if (args->input_count == MAX_INPUTS) {
-          fprintf(stderr, "mtf data: at most %d --input options (give a directory instead)\n", MAX_INPUTS);
-          return -1;
-        }
-        args->inputs[args->input_count++] = optarg;
-        break;
+      case OPT_INPUT: args->inputs[args->input_count++] = optarg; break;
       case OPT_OUTPUT: args->output = optarg; break;
       case OPT_TOKENIZER: args->tokenizer = optarg; break;
       case OPT_TASK: args->task = optarg; break;
@@ -203,8 +203,9 @@ static int run_prepare(const data_args *args) {
     fprintf(stderr, "mtf data prepare: error: %s\n", err.msg);
     return MTF_EXIT_FAILURE;
   }
-  printf("prepare: %lld files (%lld links or binary files skipped), %lld bytes in %.2f s\n", (long long)stats.files,
-         (long long)stats.skipped, (long long)stats.bytes, stats.seconds);
+  char skipped[256];
+  printf("prepare: %lld files (skipped: %s), %lld bytes in %.2f s\n", (long long)stats.files,
+         mtf_prepare_skipped_text(&stats, skipped, sizeof skipped), (long long)stats.bytes, stats.seconds);
   printf("prepare: train %lld tokens in %d shards, val %lld tokens in %d shards, in %s (tokenizer %s, vocab %d)\n",
          (long long)stats.train_tokens, stats.train_shards, (long long)stats.val_tokens, stats.val_shards,
          args->output, args->tokenizer, MTF_BYTES_VOCAB_SIZE);
@@ -402,6 +403,22 @@ static int run_check(const data_args *args, int argc, char **argv) {
   return rc == MTF_OK ? MTF_EXIT_OK : MTF_EXIT_FAILURE;
 }
 
+static int run_subcommand(const char *sub, int argc, char **argv, data_args *args) {
+  if (parse_args(argc - 1, argv + 1, args) != 0) return usage_error(NULL);
+  if (args->help) {
+    data_usage(stdout);
+    return MTF_EXIT_OK;
+  }
+  if (strcmp(sub, "inspect") != 0 && optind < argc - 1) return usage_error("unexpected argument");
+  if (strcmp(sub, "prepare") == 0) return run_prepare(args);
+  if (strcmp(sub, "synth") == 0) return run_synth(args);
+  if (strcmp(sub, "inspect") == 0) return run_inspect(argc - 1, argv + 1, args);
+  if (strcmp(sub, "check") == 0) return run_check(args, argc, argv);
+  fprintf(stderr, "mtf data: unknown command '%s'\n\n", sub);
+  data_usage(stderr);
+  return MTF_EXIT_USAGE;
+}
+
 int mtf_cmd_data(int argc, char **argv) {
   if (argc < 2) return usage_error("which data command? prepare, synth, inspect or check");
   const char *sub = argv[1];
@@ -409,18 +426,8 @@ int mtf_cmd_data(int argc, char **argv) {
     data_usage(stdout);
     return MTF_EXIT_OK;
   }
-  data_args args;
-  if (parse_args(argc - 1, argv + 1, &args) != 0) return usage_error(NULL);
-  if (args.help) {
-    data_usage(stdout);
-    return MTF_EXIT_OK;
-  }
-  if (strcmp(sub, "inspect") != 0 && optind < argc - 1) return usage_error("unexpected argument");
-  if (strcmp(sub, "prepare") == 0) return run_prepare(&args);
-  if (strcmp(sub, "synth") == 0) return run_synth(&args);
-  if (strcmp(sub, "inspect") == 0) return run_inspect(argc - 1, argv + 1, &args);
-  if (strcmp(sub, "check") == 0) return run_check(&args, argc, argv);
-  fprintf(stderr, "mtf data: unknown command '%s'\n\n", sub);
-  data_usage(stderr);
-  return MTF_EXIT_USAGE;
+  data_args args = {0};
+  int status = run_subcommand(sub, argc, argv, &args);
+  free(args.inputs);
+  return status;
 }
