@@ -3,7 +3,9 @@
 # shell inside the allocation. It launches one MPI rank per task with srun --mpi=pmix and handles Slurm's
 # warnings: on SIGUSR1 (the templates' --signal=B:USR1@...) or SIGTERM (preemption) it asks mtf to write
 # a checkpoint and stop; mtf then exits 75, and this script requeues the job, which resumes from that
-# checkpoint when it starts again. Settings come from the template's environment (see the templates).
+# checkpoint when it starts again. `scancel JOBID` sends SIGTERM too, but marks the job CANCELLED first:
+# then mtf still checkpoints and stops, and the job is not requeued (it ends CANCELLED; resubmitting the
+# template resumes from the checkpoint). Settings come from the template's environment (see the templates).
 set -uo pipefail
 : "${SLURM_JOB_ID:?submit a template with sbatch (e.g. sbatch jobs/transformer-cpu.slurm)}"
 MTF_HOME=${MTF_HOME:-$SLURM_SUBMIT_DIR}
@@ -27,11 +29,27 @@ say "start (restart count ${SLURM_RESTART_COUNT:-0}): $SLURM_NTASKS ranks on ${S
     "$threads thread(s) each; config $CONFIG, run dir $RUN_DIR ${extra[*]}"
 warned=0
 warned_at=0
+cancelled=0
 pid=
+# Whether scancel ended this job: slurmctld marks it CANCELLED (shown as COMPLETING while its processes end)
+# before it sends the SIGTERM; during a preemption's grace time or a --signal warning the job is still
+# RUNNING, and at its time limit COMPLETING with Reason=TimeLimit. Where scontrol cannot answer: not.
+cancelled_by_scancel() {
+  local info state reason
+  info=$(scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || return 1
+  state=$(sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' <<< "$info")
+  reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<< "$info")
+  [ "$state" = CANCELLED ] || { [ "$state" = COMPLETING ] && [ "$reason" != TimeLimit ]; }
+}
 forward() {
   warned=1
   warned_at=$(date +%s)
-  say "SIG$1: asking mtf to checkpoint and stop"
+  if [ "$1" = TERM ] && cancelled_by_scancel; then
+    cancelled=1
+    say "SIGTERM from scancel (the job is cancelled): asking mtf to checkpoint and stop; the job will not be requeued"
+  else
+    say "SIG$1: asking mtf to checkpoint and stop"
+  fi
   [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
 }
 trap 'forward USR1' USR1
@@ -53,6 +71,14 @@ done
 # mtf exits 75 after its checkpoint. srun may report another status when it ends the slower ranks once
 # the first has exited (--kill-on-bad-exit); a checkpoint written since the warning tells the same.
 latest=$RUN_DIR/checkpoints/latest
+if [ "$cancelled" = 1 ]; then
+  if [ -f "$latest" ] && [ "$(stat -c %Y "$latest")" -ge "$warned_at" ]; then
+    say "cancelled: checkpoint written, not requeued; resubmit the template to resume from $latest"
+  else
+    say "cancelled before a checkpoint could be written (mtf exit status $status), not requeued"
+  fi
+  exit 143
+fi
 if [ "$status" = 75 ] || { [ "$warned" = 1 ] && [ -f "$latest" ] && [ "$(stat -c %Y "$latest")" -ge "$warned_at" ]; }; then
   say "checkpoint written; requeueing to resume from it"
   scontrol requeue "$SLURM_JOB_ID" && exit 0

@@ -128,5 +128,10 @@ int mtf_ckpt_dir_commit(const char *dir, const char *name, mtf_error *err);
 /* Deletes all but the `keep` newest checkpoints that are not newer than `name`. */
 void mtf_ckpt_dir_prune(const char *dir, const char *name, int64_t keep);
 int mtf_ckpt_dir_make(const char *dir, mtf_error *err);
+/* A fresh start's checkpoint directory: where dir holds checkpoints, renames it (with `latest` and everything
+ * in it) to dir.previous-YYYYMMDD-HHMMSS (UTC; -1, -2, ... where taken), so that neither a restart nor a
+ * fallback past a damaged file can resume the earlier run, and nothing of it is lost. *count: the
+ * checkpoints moved (0: nothing done, moved_to ""). */
+int mtf_ckpt_dir_set_aside(const char *dir, char *moved_to, size_t size, int *count, mtf_error *err);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/checkpoint.h"
@@ -241,4 +242,33 @@ int mtf_ckpt_dir_clear_tmp(const char *dir, const char *name, mtf_error *err) {
 
 int mtf_ckpt_dir_make(const char *dir, mtf_error *err) {
   return mtf_make_dirs(dir, "checkpoint directory", "set run.dir to a writable place", err);
+}
+
+int mtf_ckpt_dir_set_aside(const char *dir, char *moved_to, size_t size, int *count, mtf_error *err) {
+  ckpt_name *names = NULL;
+  int n = list_checkpoints(dir, &names);
+  free(names);
+  *count = n > 0 ? n : 0;
+  if (moved_to && size) moved_to[0] = '\0';
+  if (n < 0) return mtf_error_set(err, MTF_ERR_IO, "cannot read checkpoint directory '%s': %s", dir, strerror(errno));
+  if (n == 0) return MTF_OK;
+  /* A name no earlier run took: the directory and when it was set aside (UTC), then -1, -2, ... */
+  char stamp[32], target[MTF_CKPT_PATH_MAX + 64];
+  time_t now = time(NULL);
+  struct tm utc;
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", gmtime_r(&now, &utc));
+  struct stat st;
+  for (int k = 0;; k++) {
+    if (k == 0) snprintf(target, sizeof target, "%s.previous-%s", dir, stamp);
+    else snprintf(target, sizeof target, "%s.previous-%s-%d", dir, stamp, k);
+    if (lstat(target, &st) != 0 && errno == ENOENT) break;
+    if (k == 1000) return mtf_error_set(err, MTF_ERR_IO, "no free name beside '%s' to set its checkpoints aside", dir);
+  }
+  if (strlen(target) >= size)
+    return mtf_error_set(err, MTF_ERR_IO, "the name to set '%s' aside under is too long: shorten run.dir", dir);
+  if (rename(dir, target) != 0)
+    return mtf_error_set(err, MTF_ERR_IO, "cannot move the previous checkpoints '%s' aside to '%s': %s (move or "
+                         "delete them yourself, or give another run.dir)", dir, target, strerror(errno));
+  snprintf(moved_to, size, "%s", target);
+  return MTF_OK;
 }

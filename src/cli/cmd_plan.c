@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_args.h"
+#include "core/units.h"
 #include "run/program.h"
 
 static void plan_usage(FILE *out) {
@@ -134,7 +135,9 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   }
   const double MiB = 1048576.0;
   /* The model's trainable values (not optimizer slots), whole, on every mesh: what "a 1B model" counts. */
-  printf("\nmodel: %lld parameters (%.3f B)\n", (long long)p->train_model.param_count, p->train_model.param_count / 1e9);
+  char count[32];
+  mtf_format_count((double)p->train_model.param_count, count, sizeof count);
+  printf("\nmodel: %lld parameters (%s)\n", (long long)p->train_model.param_count, count);
   printf("step: batch %lld", (long long)cfg->train.batch);
   if (N > 1) printf(" in %d microbatches of %lld (gradients accumulated)", N, (long long)(cfg->train.batch / N));
   printf(", recompute %s\n", cfg->train.recompute);

@@ -15,15 +15,18 @@ static void train_usage(FILE *out) {
   mtf_run_args_usage(out);
   fprintf(out, "  --from PATH          resume from this checkpoint (a file, a checkpoints/latest, or a directory: its\n"
                "                       latest; default: RUN_DIR/checkpoints/latest, if any)\n"
-               "  --fresh              start at step 0 even if RUN_DIR/checkpoints holds checkpoints\n"
+               "  --fresh              start at step 0 even if RUN_DIR/checkpoints holds checkpoints (they are moved,\n"
+               "                       not deleted, to RUN_DIR/checkpoints.previous-<UTC time>)\n"
                "  --done-ok            exit 0 when the checkpoint resumed from is already at train.steps (else 3)\n"
                "  -h, --help           show this help\n"
                "\nLogs a line every train.log_every steps and appends the same figures to RUN_DIR/metrics.jsonl.\n"
                "Saves a checkpoint every train.checkpoint_every steps (and at the end), keeping train.keep_checkpoints\n"
-               "(docs/CHECKPOINTS.md). SIGUSR1 or SIGTERM: save a checkpoint, then stop (exit 75).\n"
+               "(docs/CHECKPOINTS.md). SIGUSR1, SIGTERM or SIGINT (Ctrl-C): finish the step, save a checkpoint, stop\n"
+               "(a second Ctrl-C stops at once). Under OpenMPI's mpiexec send SIGUSR1 to mpiexec: it forwards it to\n"
+               "every rank (Ctrl-C or SIGTERM to mpiexec make mpiexec end the ranks itself, within about a second).\n"
                "Exit status: 0 done, 1 error, 2 bad command line, 3 nothing to train (the checkpoint resumed from\n"
-               "is at train.steps already), 75 checkpointed and stopped by SIGUSR1/SIGTERM, 130 stopped by SIGINT\n"
-               "(no checkpoint).\n");
+               "is at train.steps already), 75 checkpointed and stopped by SIGUSR1/SIGTERM, 130 checkpointed and stopped\n"
+               "by SIGINT.\n");
 }
 
 static int train_option(void *ctx, int opt, const char *value) {

@@ -9,6 +9,7 @@
 
 #include "core/mesh.h"
 #include "core/mesh_yaml.h"
+#include "core/units.h"
 #include "core/yaml_load.h"
 #include "mtf.h"
 
@@ -664,7 +665,12 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
     char mesh_text[MTF_SHAPE_STR_MAX];
     switch (spec->type) {
       case KEY_INT: fprintf(out, "%lld", (long long)*(const int64_t *)field); break;
-      case KEY_FLOAT: fprintf(out, "%.17g", *(const double *)field); break;
+      case KEY_FLOAT: { /* the shortest text that reads back as the same double: 0.9, not 0.90000000000000002 */
+        char number[32];
+        mtf_format_double(*(const double *)field, number, sizeof number);
+        fprintf(out, "%s", number);
+        break;
+      }
       case KEY_BOOL: fprintf(out, "%s", *(const int *)field ? "true" : "false"); break;
       case KEY_CHOICE:
       case KEY_BACKEND: fprintf(out, "%s", field); break;

@@ -10,7 +10,11 @@
 static volatile sig_atomic_t stop_requested;
 
 static void request_stop(int signal_number) {
-  stop_requested |= signal_number == SIGINT ? MTF_STOP_CLEAN : MTF_STOP_CHECKPOINT;
+  stop_requested |= MTF_STOP_CHECKPOINT;
+  if (signal_number == SIGINT) {
+    stop_requested |= MTF_STOP_INTERRUPT;
+    signal(SIGINT, SIG_DFL); /* a second Ctrl-C stops at once (async-signal-safe) */
+  }
 }
 
 /* Each handler blocks the others while it runs, so the flag's read-modify-write cannot be interrupted by a
@@ -29,7 +33,7 @@ void mtf_signals_handle(int install) {
 }
 
 int mtf_signals_agreed_stop(void) {
-  /* One reduction per step: MTF_STOP_CHECKPOINT is the larger bit, so the maximum has it whenever any rank
-   * does, and is nonzero whenever any rank asked to stop at all. */
+  /* One reduction per step: every request is MTF_STOP_CHECKPOINT (2) or with MTF_STOP_INTERRUPT (3), so the
+   * maximum is nonzero whenever any rank asked to stop, and has the interrupt bit when any rank had one. */
   return (int)mtf_world_max((double)stop_requested);
 }

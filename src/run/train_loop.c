@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/paths.h"
+#include "core/units.h"
 #include "run/eval.h"
 #include "run/metrics.h"
 #include "run/mfu.h"
@@ -28,11 +29,61 @@ static int save_checkpoint(mtf_run_state *st, mtf_loader *loader, int64_t step, 
   mtf_ckpt_stats stats;
   MTF_CHECK(mtf_ckpt_save(&model, st->cfg, &state, dir, st->cfg->train.keep_checkpoints, path, sizeof path, &stats, err));
   if (st->rank == 0) {
-    printf("checkpoint: saved %s (step %lld, %.1f MB in %.2f s, %.0f MB/s)\n", path, (long long)step, stats.bytes / 1e6,
-           stats.seconds, stats.seconds > 0 ? stats.bytes / 1e6 / stats.seconds : 0.0);
+    char bytes[32], rate[32];
+    mtf_format_bytes(stats.bytes, bytes, sizeof bytes);
+    mtf_format_rate(stats.bytes, stats.seconds, rate, sizeof rate);
+    printf("checkpoint: saved %s (step %lld, %s in %.2f s, %s)\n", path, (long long)step, bytes, stats.seconds, rate);
     fflush(stdout);
   }
   return MTF_OK;
+}
+
+static int schedule_of(const mtf_train_config *tc, mtf_schedule_config *schedule, mtf_error *err) {
+  *schedule = (mtf_schedule_config){.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
+                                    .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
+  return mtf_schedule_parse_kind(tc->schedule, &schedule->kind, err);
+}
+
+/* A resumed run whose learning-rate schedule is not the checkpoint's (train.steps raised to train on, say):
+ * the rate from the next step on follows this config, which for a decaying schedule is a jump. Say so, with
+ * both rates, on rank 0; a checkpoint whose config cannot be read is not compared. */
+static void warn_schedule_change(const char *path, const mtf_config *cfg, int64_t step) {
+  char *text = NULL;
+  mtf_error ignored;
+  mtf_config *saved = calloc(1, sizeof *saved);
+  mtf_schedule_config now, before;
+  if (saved && mtf_ckpt_read_config(path, &text, &ignored) == MTF_OK) {
+    mtf_config_defaults(saved);
+    if (mtf_config_load_text(saved, text, strlen(text), path, &ignored) == MTF_OK &&
+        schedule_of(&saved->train, &before, &ignored) == MTF_OK && schedule_of(&cfg->train, &now, &ignored) == MTF_OK) {
+      double rate_now = mtf_schedule_learning_rate(&now, step + 1), rate_before = mtf_schedule_learning_rate(&before, step + 1);
+      int same = now.kind == before.kind && now.learning_rate == before.learning_rate &&
+                 now.warmup_steps == before.warmup_steps && now.min_learning_rate == before.min_learning_rate &&
+                 (now.total_steps == before.total_steps ||
+                  (now.kind != MTF_SCHEDULE_COSINE && now.kind != MTF_SCHEDULE_LINEAR_DECAY));
+      char changes[512] = "";
+      size_t used = 0;
+#define CHANGED(cond, ...) \
+  if ((cond) && used < sizeof changes) used += (size_t)snprintf(changes + used, sizeof changes - used, __VA_ARGS__)
+      CHANGED(now.kind != before.kind, "%strain.schedule %s -> %s", used ? ", " : "", saved->train.schedule,
+              cfg->train.schedule);
+      CHANGED(now.learning_rate != before.learning_rate, "%strain.learning_rate %g -> %g", used ? ", " : "",
+              before.learning_rate, now.learning_rate);
+      CHANGED(now.warmup_steps != before.warmup_steps, "%strain.warmup_steps %lld -> %lld", used ? ", " : "",
+              (long long)before.warmup_steps, (long long)now.warmup_steps);
+      CHANGED(now.total_steps != before.total_steps, "%strain.steps %lld -> %lld", used ? ", " : "",
+              (long long)before.total_steps, (long long)now.total_steps);
+      CHANGED(now.min_learning_rate != before.min_learning_rate, "%strain.min_learning_rate %g -> %g",
+              used ? ", " : "", before.min_learning_rate, now.min_learning_rate);
+#undef CHANGED
+      if (!same)
+        printf("checkpoint: warning: the learning-rate schedule is not the checkpoint's (%s): step %lld runs at "
+               "lr %.4g where the checkpoint's schedule gives %.4g, and the rate follows this config's schedule "
+               "from there on\n", changes, (long long)(step + 1), rate_now, rate_before);
+    }
+  }
+  free(text);
+  free(saved);
 }
 
 /* Restores --from PATH or the run directory's latest good checkpoint (none: *steps_done stays 0). */
@@ -61,8 +112,12 @@ static int resume(mtf_run_state *st, mtf_loader *loader, const mtf_train_options
   *steps_done = state.step;
   snprintf(resumed_from, resumed_size, "%s", path);
   if (st->rank == 0) {
-    printf("checkpoint: resumed from %s at step %lld (%.1f MB in %.2f s, %.0f MB/s)\n", path, (long long)state.step,
-           stats.bytes / 1e6, stats.seconds, stats.seconds > 0 ? stats.bytes / 1e6 / stats.seconds : 0.0);
+    char bytes[32], rate[32];
+    mtf_format_bytes(stats.bytes, bytes, sizeof bytes);
+    mtf_format_rate(stats.bytes, stats.seconds, rate, sizeof rate);
+    printf("checkpoint: resumed from %s at step %lld (%s in %.2f s, %s)\n", path, (long long)state.step, bytes,
+           stats.seconds, rate);
+    warn_schedule_change(path, st->cfg, state.step);
     if (state.rng_seed != (uint64_t)st->cfg->train.seed)
       printf("checkpoint: warning: it was trained with train.seed %llu, this config has %lld: dropout masks from here "
              "on differ from an uninterrupted run\n", (unsigned long long)state.rng_seed, (long long)st->cfg->train.seed);
@@ -162,14 +217,26 @@ static int evaluate_and_print(mtf_run_state *st, mtf_error *err) {
   return MTF_OK;
 }
 
+/* --fresh: an earlier run's checkpoints go aside (not deleted), so that a restart of this run can never resume
+ * that one. Rank 0. */
+static int set_aside_checkpoints(const mtf_config *cfg, mtf_error *err) {
+  char dir[MTF_CKPT_PATH_MAX], moved_to[MTF_CKPT_PATH_MAX + 64];
+  int count = 0;
+  mtf_run_checkpoint_dir(cfg, dir, sizeof dir);
+  MTF_CHECK(mtf_ckpt_dir_set_aside(dir, moved_to, sizeof moved_to, &count, err));
+  if (count > 0)
+    printf("train: --fresh: the earlier run's %d checkpoint%s moved to %s (delete it when no longer needed)\n", count,
+           count > 1 ? "s" : "", moved_to);
+  return MTF_OK;
+}
+
 int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_error *err) {
   const mtf_train_config *tc = &cfg->train;
   if (!cfg->data_train[0])
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.train is empty; set it to the training shards (prepare them "
                          "with 'mtf data prepare' or 'mtf data synth')", cfg->source);
-  mtf_schedule_config schedule = {.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
-                                  .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
-  MTF_CHECK(mtf_schedule_parse_kind(tc->schedule, &schedule.kind, err));
+  mtf_schedule_config schedule;
+  MTF_CHECK(schedule_of(tc, &schedule, err));
   /* train.steps 0 (evaluate the initial model) computes no rate, so it needs no schedule that decays. */
   if (tc->steps > 0) MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank = mtf_world_rank();
@@ -181,6 +248,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   mtf_signals_handle(1);
   mtf_error_clear(err);
   int rc = rank == 0 ? mtf_make_dirs(cfg->run_dir, "run directory", "set run.dir to a writable place", err) : MTF_OK;
+  if (rc == MTF_OK && rank == 0 && options && options->fresh) rc = set_aside_checkpoints(cfg, err);
   rc = mtf_run_agree(rc, err);
 
   mtf_run_state st;
@@ -232,17 +300,18 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   int evaluated_last = 0;
   for (int64_t step = steps_done + 1; step <= tc->steps && rc == MTF_OK; step++) {
     int stop = mtf_signals_agreed_stop();
-    if (stop & MTF_STOP_CHECKPOINT) {
-      if (rank == 0) printf("train: SIGUSR1/SIGTERM; saving a checkpoint after step %lld and stopping\n", (long long)(step - 1));
+    if (stop) {
+      int interrupted = (stop & MTF_STOP_INTERRUPT) != 0;
+      if (rank == 0)
+        printf("train: %s; saving a checkpoint after step %lld and stopping%s\n",
+               interrupted ? "SIGINT (Ctrl-C)" : "SIGUSR1/SIGTERM", (long long)(step - 1),
+               interrupted ? " (Ctrl-C again stops at once, without it)" : "");
+      fflush(stdout);
       rc = last_saved == step - 1 ? MTF_OK : save_checkpoint(&st, loader, step - 1, err);
       if (rc == MTF_OK)
-        rc = mtf_error_set(err, MTF_RUN_PREEMPTED, "stopped by a signal after step %lld with a checkpoint; run mtf "
-                           "train again to resume", (long long)(step - 1));
-      break;
-    }
-    if (stop) {
-      if (rank == 0) printf("train: interrupted; stopping cleanly after step %lld\n", (long long)(step - 1));
-      rc = mtf_error_set(err, MTF_RUN_INTERRUPTED, "interrupted after step %lld", (long long)(step - 1));
+        rc = mtf_error_set(err, interrupted ? MTF_RUN_INTERRUPTED : MTF_RUN_PREEMPTED, "stopped by %s after step %lld "
+                           "with a checkpoint; run mtf train again to resume", interrupted ? "SIGINT" : "a signal",
+                           (long long)(step - 1));
       break;
     }
     rc = mtf_run_batch_next(&batch, loader, err);
