@@ -26,8 +26,12 @@
  * norm_scale, norm_bias, wq, wk, wv, wo; mlp: norm_scale, norm_bias, wi or wi_0 and wi_1, wo),
  * encoder/final/{norm_scale, norm_bias}, decoder/final/{norm_scale, norm_bias}, unembed/w (untied).
  *
- * Only the TRAIN mode is built (training and evaluation); PREFILL and DECODE (mtf generate) are refused
- * with an error saying so. */
+ * PREFILL and DECODE (mtf generate): the prompt is encoder_tokens (input prefill_encoder_tokens), the
+ * decoder's tokens the start token and what was generated. PREFILL runs the encoder once and keeps its
+ * output in the transient variable encoder/memory [batch, length, d_model], fills the decoder's
+ * self-attention caches and gives next_logits at each row's position (prefill_last); DECODE takes one
+ * decoder token per row (decode_tokens, decode_positions), its self-attention reading the caches and its
+ * cross-attention the kept memory (keys and values computed from it each step). */
 #ifndef MTF_MODEL_ENCODER_DECODER_H
 #define MTF_MODEL_ENCODER_DECODER_H
 

@@ -10,7 +10,11 @@
  * Either way the next token is chosen on rank (run/generate_sample.h): only ids and scores cross ranks.
  *
  * The batch holds the prompts (beams: beam rows per prompt), padded with copies of the first prompt up to a
- * multiple of the mesh axis splitting `batch`; copies' results are dropped. */
+ * multiple of the mesh axis splitting `batch`; copies' results are dropped.
+ *
+ * An encoder-decoder (model/encoder_decoder.h) takes each prompt as the encoder's input, run once by PREFILL;
+ * the rows then hold the decoder's tokens (the end-of-text start, not printed, and the answer so far), and
+ * DECODE steps them as above; the decoder has model.length positions, so --max-new is capped there. */
 #include "run/generate.h"
 
 #include <math.h>
@@ -235,13 +239,20 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     return mtf_error_set(err, MTF_ERR_INVALID, "mtf generate on backend.kind pjrt is not built yet (its prefill and "
                          "decode programs with the key/value cache); generate with backend.kind cpu: checkpoints "
                          "written on pjrt restore there");
-  /* Refused before anything is built (--no-cache too, whose full forward has no encoder input to feed). */
-  if (!strcmp(cfg->model.architecture, "encoder_decoder"))
-    return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.architecture is encoder_decoder, which mtf generate does not "
-                         "decode yet (with or without --no-cache): evaluate it with 'mtf eval' (its exact_match is the "
-                         "teacher-forced answers' exact match), or generate with a decoder-only model", cfg->source);
   int rank = mtf_world_rank();
   int64_t vocab = cfg->model.vocab, length = cfg->model.length;
+  /* Encoder-decoder: each prompt is the encoder's input (its first `length` tokens, as training reads them);
+   * the decoder starts at the end-of-text id and has `length` positions, so at most `length` new tokens. */
+  int encdec = !strcmp(cfg->model.architecture, "encoder_decoder");
+  mtf_generate_options clamped = *opts;
+  if (encdec && clamped.max_new > length) {
+    if (rank == 0)
+      fprintf(stderr, "generate: warning: --max-new %lld: the encoder-decoder's decoder has model.length %lld "
+              "positions, so it generates at most %lld tokens\n", (long long)clamped.max_new, (long long)length,
+              (long long)length);
+    clamped.max_new = length;
+  }
+  opts = &clamped;
   gen_prompts prompts;
   int rc = collect_prompts(opts, &prompts, err); /* every rank reads the same file */
   int beam = opts->beam > 1 ? opts->beam : 1;
@@ -286,6 +297,9 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: the checkpoint names no tokenizer, so generate speaks the byte "
                        "tokenizer, which needs model.vocab >= 257 (or give --vocab FILE, or --ids)", cfg->source);
   if (rc == MTF_OK && opts->vocab_file) rc = mtf_gen_vocab_load(opts->vocab_file, &vocab_file, err);
+  if (rc == MTF_OK && encdec && (eot < 0 || eot >= vocab))
+    rc = mtf_error_set(err, MTF_ERR_INVALID, "%s: an encoder-decoder's decoder starts at the end-of-text id, and the "
+                       "checkpoint's tokenizer names none within model.vocab %lld", cfg->source, (long long)vocab);
   if (rc == MTF_OK && opts->vocab_file && vocab_file.count > vocab)
     rc = mtf_error_set(err, MTF_ERR_INVALID, "vocabulary file '%s' has %lld tokens, more than model.vocab %lld",
                        opts->vocab_file, (long long)vocab_file.count, (long long)vocab);
@@ -293,7 +307,11 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
                         .tokenizer = ckpt_tok.table.tokenizer, .model_vocab = vocab};
   gen_row *rows = calloc((size_t)n_rows, sizeof(gen_row));
   double *scores = calloc((size_t)n_rows, sizeof(double));
-  if (rc == MTF_OK && (!rows || !scores)) rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
+  /* Encoder-decoder: each row's prompt, the encoder's input (rows hold the decoder's tokens). */
+  int32_t **encoder_ids = encdec ? calloc((size_t)n_rows, sizeof(int32_t *)) : NULL;
+  int64_t *encoder_len = encdec ? calloc((size_t)n_rows, sizeof(int64_t)) : NULL;
+  if (rc == MTF_OK && (!rows || !scores || (encdec && (!encoder_ids || !encoder_len))))
+    rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory");
   int64_t allocated = 0;
   for (int64_t u = 0; u < users && rc == MTF_OK; u++) {
     int32_t *ids = NULL, start = (int32_t)eot;
@@ -308,6 +326,23 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     mtf_gen_tokens line_tok = tok;
     line_tok.json_ids = opts->print_ids && from_file;
     rc = mtf_gen_encode(&line_tok, prompts.text[u], prompts.as_ids && u == 0, what, &ids, &n, err);
+    if (rc == MTF_OK && encdec) { /* the prompt goes to the encoder; the decoder starts at end-of-text */
+      if (n > length && rank == 0)
+        fprintf(stderr, "generate: warning: %s has %lld tokens, more than model.length %lld: the encoder sees its "
+                "first %lld\n", what, (long long)n, (long long)length, (long long)length);
+      for (int b = 0; b < beam; b++) {
+        encoder_ids[u * beam + b] = ids;
+        encoder_len[u * beam + b] = n;
+      }
+      rc = row_alloc(&rows[u * beam], &start, 1, opts->max_new, err);
+      allocated = u * beam + 1;
+      for (int b = 1; b < beam && rc == MTF_OK; b++) {
+        rc = row_alloc(&rows[u * beam + b], &start, 1, opts->max_new, err);
+        allocated = u * beam + b + 1;
+      }
+      for (int b = 0; b < beam; b++) rows[u * beam + b].prompt_len = 0; /* the start token is not printed */
+      continue; /* ids stay: encoder_ids owns them */
+    }
     if (rc == MTF_OK && n == 0) { /* an empty prompt starts a new document */
       if (eot < 0 || eot >= vocab)
         rc = mtf_error_set(err, MTF_ERR_INVALID, "%s is empty and the tokenizer%s%s has no end-of-text id to start "
@@ -326,8 +361,13 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   for (int64_t r = users * beam; r < n_rows && rc == MTF_OK; r++) { /* padding: copies of prompt 0 */
     rc = row_alloc(&rows[r], rows[r % beam].ids, rows[r % beam].len, opts->max_new, err);
     rows[r].prompt_len = rows[r % beam].prompt_len;
+    if (encdec) {
+      encoder_ids[r] = encoder_ids[r % beam];
+      encoder_len[r] = encoder_len[r % beam];
+    }
     allocated = r + 1;
   }
+  if (rc == MTF_OK && encdec) mtf_gen_engine_set_prompts(&engine, encoder_ids, encoder_len);
   if (engine.comm) rc = mtf_comm_agree(engine.comm, rc, err);
   int stream_text = users == 1 && beam == 1 && !opts->json && !opts->print_ids;
   /* The header lines go to stderr: stdout carries only the generated text (or JSON), for files and pipes. */
@@ -343,7 +383,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
       fprintf(out, ", tokenizer '%s'%s", ckpt_tok.table.tokenizer, mode == MTF_GEN_IDS ? " (no decode table: ids)" : "");
     if (users > 1) fprintf(out, ", %lld prompts", (long long)users);
     fprintf(out, "%s\n", opts->no_cache ? ", no cache" : "");
-    if (stream_text) {
+    if (stream_text && !encdec) { /* an encoder-decoder prints its answer alone */
       if (prompts.as_ids || mode != MTF_GEN_BYTES)
         for (int64_t i = 0; i < rows[0].prompt_len; i++) mtf_gen_emit(&tok, stdout, rows[0].ids[i], i == 0);
       else
@@ -381,6 +421,9 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
     fflush(stdout);
   }
   for (int64_t r = 0; r < allocated; r++) row_free(&rows[r]);
+  for (int64_t u = 0; encoder_ids && u < users; u++) free(encoder_ids[u * beam]);
+  free(encoder_ids);
+  free(encoder_len);
   free(rows);
   free(scores);
   free_prompts(&prompts);

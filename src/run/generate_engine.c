@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/encoder_decoder.h"
 #include "model/transformer.h"
 #include "run/program.h"
 #include "run/setup.h"
@@ -24,6 +25,7 @@ int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, 
   e->rows = rows;
   e->length = cfg->model.length;
   e->vocab = cfg->model.vocab;
+  e->encoder_decoder = mtf_is_encoder_decoder(&cfg->model);
   e->g = mtf_graph_create((uint64_t)cfg->train.seed);
   mtf_session_options options = mtf_run_session_options(cfg);
   int rc = MTF_OK;
@@ -64,6 +66,12 @@ int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, 
   e->window = calloc((size_t)rows, sizeof(int64_t));
   e->next = cached ? NULL : malloc(sizeof(float) * (size_t)(rows * e->vocab));
   e->logits = cached ? NULL : malloc(sizeof(float) * (size_t)(token_count * e->vocab));
+  if (e->encoder_decoder) {
+    e->encoder_tokens = calloc((size_t)token_count, sizeof(int32_t));
+    e->zeros = calloc((size_t)token_count, sizeof(int32_t));
+  }
+  if (rc == MTF_OK && e->encoder_decoder && (!e->encoder_tokens || !e->zeros))
+    rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory for %lld rows", (long long)rows);
   if (rc == MTF_OK && (!e->tokens || !e->positions || !e->window || (!cached && (!e->next || !e->logits))))
     rc = mtf_error_set(err, MTF_ERR_NOMEM, "generate: out of memory for %lld rows", (long long)rows);
   if (e->comm) rc = mtf_comm_agree(e->comm, rc, err);
@@ -88,6 +96,14 @@ void mtf_gen_engine_close(mtf_gen_engine *e) {
   free(e->logits);
   free(e->next);
   free(e->slice);
+  free(e->encoder_tokens);
+  free(e->zeros);
+}
+
+void mtf_gen_engine_set_prompts(mtf_gen_engine *e, int32_t *const *prompt, const int64_t *len) {
+  for (int64_t r = 0; r < e->rows; r++)
+    for (int64_t t = 0; t < e->length; t++) e->encoder_tokens[r * e->length + t] = t < len[r] ? prompt[r][t] : 0;
+  e->primed = 0; /* a new memory: the next call prefills */
 }
 
 mtf_ckpt_model mtf_gen_engine_checkpoint(mtf_gen_engine *e) {
@@ -113,6 +129,11 @@ int mtf_gen_engine_next(mtf_gen_engine *e, int32_t *const *context, const int64_
                         mtf_error *err) {
   if (!e->cached) { /* the reference: the whole window, all logits to every rank */
     fill_windows(e, context, len);
+    if (e->encoder_decoder &&
+        (mtf_session_set_input_int(e->full_s, e->full.encoder_tokens, e->encoder_tokens, err) ||
+         mtf_session_set_input_int(e->full_s, e->full.targets, e->zeros, err) ||
+         mtf_session_set_input_int(e->full_s, e->full.loss_weights, e->zeros, err)))
+      mtf_run_abort("generate", err);
     if (mtf_session_set_input_int(e->full_s, e->full.tokens, e->tokens, err) || mtf_session_run(e->full_s, err) ||
         mtf_session_fetch(e->full_s, e->full.logits, e->logits, err))
       mtf_run_abort("generate", err);
@@ -141,7 +162,8 @@ int mtf_gen_engine_next(mtf_gen_engine *e, int32_t *const *context, const int64_
   } else {
     fill_windows(e, context, len);
   }
-  if (mtf_session_set_input_int(s, m->tokens, e->tokens, err) ||
+  if ((!decode && e->encoder_decoder && mtf_session_set_input_int(s, m->encoder_tokens, e->encoder_tokens, err)) ||
+      mtf_session_set_input_int(s, m->tokens, e->tokens, err) ||
       mtf_session_set_input_int(s, m->positions, e->positions, err) || mtf_session_run(s, err))
     mtf_run_abort("generate", err);
   e->primed = 1;

@@ -25,6 +25,11 @@ struct mtf_gen_engine {
   int64_t slice_capacity;
   int64_t *window;      /* the first context index of each row's window (cached: what the caches hold) */
   int primed;           /* the caches hold every row's window */
+  /* model.architecture encoder_decoder: the rows' prompts, the encoder's input [rows, length] (the context
+   * given to mtf_gen_engine_next is then the decoder's: start token and what was generated), and the zero
+   * targets and loss weights the full forward of --no-cache takes. */
+  int encoder_decoder;
+  int32_t *encoder_tokens, *zeros;
 };
 
 /* Builds the graph for `rows` rows, the plans and sessions, and the communicator. Collective; fails alike
@@ -33,6 +38,10 @@ int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, 
 void mtf_gen_engine_close(mtf_gen_engine *e);
 /* The variables to restore a checkpoint into. */
 mtf_ckpt_model mtf_gen_engine_checkpoint(mtf_gen_engine *e);
+
+/* Encoder-decoder models: row r's prompt (its first model.length tokens) becomes the encoder's input from the
+ * next call of mtf_gen_engine_next on (which then runs the encoder again). */
+void mtf_gen_engine_set_prompts(mtf_gen_engine *e, int32_t *const *prompt, const int64_t *len);
 
 /* The next-token logits of every row, whose context is context[r][0 .. len[r]) (len[r] >= 1): this rank's
  * slice. Cached: a DECODE step when the caches hold each row's window but its last token (the caller
