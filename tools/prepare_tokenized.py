@@ -3,9 +3,15 @@
 
     tools/prepare_tokenized.py --input DIR --output DIR (--tokenizer tokenizer.json | --train-bpe N)
 
-The same inputs, split and shard files as `mtf data prepare` (docs/DATA.md): each input file is one
-document followed by the end-of-text id; a directory is walked in sorted order, skipping hidden entries,
-symbolic links and binary files (a NUL byte in the first 4 KiB); files named with --input are always read.
+The same inputs, split and shard files as `mtf data prepare` (docs/DATA.md), walked by the same rules as its
+src/io/prepare.c: each input file is one document followed by the end-of-text id; --input may be given any
+number of times and is a file, a directory or a glob (a path that exists is taken literally; otherwise a name
+with *, ? or [ is expanded, sorted, and a pattern that matches nothing is an error). A directory is walked in
+sorted order, hidden entries left out. Symbolic links are followed, to files and to directories. Inside a
+directory and among a glob's matches, binary files (a NUL byte in the first 4 KiB) and broken links (each
+named on stderr) are skipped; files named with --input are always read. Every file and directory is taken
+once, by its device and inode: a link to a file already read, a hard link or an input given twice is skipped,
+and a directory reached again (a link cycle) is not walked again. The summary counts what was skipped.
 Documents go whole to val while val holds no more than --val-fraction of the tokens so far.
 
   --tokenizer FILE   load a Hugging Face tokenizer.json (GPT-2's, Llama's, one trained before, ...)
@@ -20,13 +26,18 @@ a tokenizer whose tokens cannot be decoded one by one gets no table (mtf generat
 Text is encoded in parallel (all cores; --threads N to limit) with a progress line on stderr. Invalid
 UTF-8 in an input is replaced by U+FFFD (counted in the summary).
 
-`--encode TEXT --tokenizer FILE` prints TEXT's ids (for `mtf generate --prompt-ids`).
+`--encode TEXT --tokenizer FILE` prints TEXT's ids (for `mtf generate --prompt-ids`). `--list-inputs` prints
+the files the inputs give, one a line in the order they would be read, and what was skipped, and writes
+nothing (it needs none of the packages below).
 
 Needs the Python packages tokenizers, h5py and numpy: `bash tools/install-deps.sh --python` puts them in
-.venv (Debian's python3 with its h5py/numpy, plus tokenizers from PyPI); this script re-runs itself with
-.venv/bin/python when the interpreter that started it lacks them.
+.venv (Debian's python3 with its h5py/numpy, plus tokenizers from PyPI; MTF_VENV=DIR, as there, names another
+directory). This script re-runs itself with .venv/bin/python, same arguments, when the interpreter that started
+it lacks them; where there is no such .venv, or it lacks them too, it says what to run and exits with status 1.
 """
 import argparse
+import glob
+import importlib
 import json
 import os
 import shutil
@@ -35,7 +46,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+VENV = os.path.join(ROOT, os.environ.get("MTF_VENV") or ".venv")  # as tools/install-deps.sh: relative to ROOT
+VENV_PYTHON = os.path.join(VENV, "bin", "python")
+PACKAGES = ("tokenizers", "h5py", "numpy")
 EOT_TRAINED = "<|endoftext|>"
 EOT_CANDIDATES = [EOT_TRAINED, "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]"]
 VOCAB_PAD = 128  # vocab_size is rounded up to a multiple of this, as the byte tokenizer's 384
@@ -46,22 +59,175 @@ def fail(message):
     sys.exit(f"prepare_tokenized: error: {message}")
 
 
+def shown(path):
+    """path as it can be typed here: relative to the current directory when under it, else absolute."""
+    relative = os.path.relpath(path)
+    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
+
+
+def missing_packages():
+    missing = []
+    for name in PACKAGES:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing.append(name if isinstance(e, ModuleNotFoundError) and e.name == name else f"{name} ({e})")
+    return missing
+
+
 def import_packages():
-    try:
-        import h5py  # noqa: F401
-        import numpy  # noqa: F401
-        import tokenizers  # noqa: F401
-    except ImportError as missing:
-        if os.path.exists(VENV_PYTHON) and os.path.realpath(sys.executable) != os.path.realpath(VENV_PYTHON) \
-                and not os.environ.get("MTF_PREPARE_REEXEC"):
-            os.environ["MTF_PREPARE_REEXEC"] = "1"
+    """Makes sure tokenizers, h5py and numpy import. When this interpreter lacks one, the script runs again,
+    with the same arguments, under .venv's Python (unless this is it, or that was tried already); otherwise
+    it says what to run and exits with status 1."""
+    missing = missing_packages()
+    if not missing:
+        return
+    in_venv = os.path.realpath(sys.prefix) == os.path.realpath(VENV)  # not the executable: a venv's is a link
+    if os.path.exists(VENV_PYTHON) and not in_venv and not os.environ.get("MTF_PREPARE_REEXEC"):
+        os.environ["MTF_PREPARE_REEXEC"] = "1"
+        try:
             os.execv(VENV_PYTHON, [VENV_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
-        fail(f"{missing}: this tool needs the Python packages tokenizers, h5py and numpy; run "
-             f"'bash tools/install-deps.sh --python' (it makes {os.path.relpath(VENV_PYTHON)}) and run it with that "
-             f"interpreter")
+        except OSError as e:
+            fail(f"cannot run {shown(VENV_PYTHON)} ({e.strerror}): remove {shown(VENV)} and run "
+                 f"`bash {shown(os.path.join(ROOT, 'tools', 'install-deps.sh'))} --python` to make it again")
+    lacking = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+    install = f"`bash {shown(os.path.join(ROOT, 'tools', 'install-deps.sh'))} --python`"
+    if in_venv or os.environ.get("MTF_PREPARE_REEXEC"):
+        fail(f"prepare_tokenized.py needs the Python packages tokenizers, h5py and numpy; the Python of "
+             f"{shown(VENV)} ({sys.executable}) lacks {lacking}: run {install} (it installs them into "
+             f"{shown(VENV)}), then run this command again")
+    fail(f"prepare_tokenized.py needs the Python packages tokenizers, h5py and numpy; {sys.executable} lacks "
+         f"{lacking} and there is no {shown(VENV_PYTHON)} to run it with: run {install} (it makes {shown(VENV)} "
+         f"with them), then run this command again")
 
 
-# ---- inputs (the rules of src/io/prepare.c) ----
+# ---- inputs (the rules of src/io/prepare.c: mtf data prepare takes the same files in the same order) ----
+
+class Inputs:
+    """The files the --input arguments give, in order, with their sizes, and counts of what was skipped."""
+
+    SKIPS = (("binary_files", "binary file", "binary files"),
+             ("repeated_files", "file already read", "files already read"),
+             ("repeated_dirs", "directory already walked", "directories already walked"),
+             ("broken_links", "broken link", "broken links"),
+             ("not_files", "neither file nor directory", "neither files nor directories"))
+
+    def __init__(self):
+        self.files = []  # (path, size)
+        self.seen = set()  # (st_dev, st_ino) of every file and directory taken
+        self.skipped = {key: 0 for key, _, _ in self.SKIPS}
+
+    def add_input(self, given):
+        """One --input: a path that exists is taken literally; otherwise a name with *, ? or [ is a glob,
+        expanded in sorted order (hidden names only where the pattern has the dot), each match taken as a
+        directory's entry is. A pattern that matches nothing is an error."""
+        if os.path.lexists(given) or not any(c in given for c in "*?["):
+            self.walk(given, True)
+            return
+        try:
+            matches = sorted(glob.glob(python_glob(given)), key=os.fsencode)
+        except OSError as e:
+            fail(f"input '{given}': the pattern could not be expanded ({e.strerror})")
+        if not matches:
+            fail(f"input '{given}': no files match this pattern: check it (and that its directory exists)")
+        for match in matches:
+            if os.path.basename(match) not in (".", ".."):
+                self.walk(match, False)
+
+    def walk(self, path, named):
+        """Lists path and what is under it, depth first in sorted order, as prepare.c's recursive walk:
+        links are followed; a file or directory reached again is skipped; files found (not named) are
+        skipped when binary. A stack, not recursion, so that no depth is too deep."""
+        stack = [(path, named)]
+        while stack:
+            path, named = stack.pop()
+            try:
+                info = os.stat(path)
+            except OSError as e:
+                self.unreadable(path, named, e)
+                continue
+            is_file, is_dir = stat.S_ISREG(info.st_mode), stat.S_ISDIR(info.st_mode)
+            if not is_file and not is_dir:
+                if named:
+                    fail(f"input '{path}' is neither a file nor a directory")
+                self.skipped["not_files"] += 1
+                continue
+            if is_file and not named and looks_binary(path):
+                self.skipped["binary_files"] += 1
+                continue
+            key = (info.st_dev, info.st_ino)
+            if key in self.seen:
+                self.skipped["repeated_files" if is_file else "repeated_dirs"] += 1
+                continue
+            self.seen.add(key)
+            if is_file:
+                self.files.append((path, info.st_size))
+                continue
+            try:
+                names = sorted(os.listdir(path), key=os.fsencode)
+            except OSError as e:
+                fail(f"input directory '{path}': {e.strerror}")
+            stack.extend((os.path.join(path, name), False) for name in reversed(names) if not name.startswith("."))
+
+    def unreadable(self, path, named, error):
+        """A path stat() cannot follow: a broken link found in a directory or by a glob is skipped, named on
+        stderr; a broken link named with --input, and anything else, is an error."""
+        try:
+            target = os.readlink(path)
+        except OSError:
+            fail(f"input '{path}': {error.strerror}: check the path")
+        if named:
+            fail(f"input '{path}' is a link to '{target}', which cannot be read ({error.strerror}): fix the link "
+                 f"or give its target")
+        print(f"prepare_tokenized: skipped the broken link '{path}' -> '{target}' ({error.strerror})", file=sys.stderr)
+        self.skipped["broken_links"] += 1
+
+    def skipped_text(self):
+        """What was skipped, worded as mtf data prepare's summary: "1 binary file, 2 files already read"."""
+        parts = [f"{self.skipped[key]} {one if self.skipped[key] == 1 else many}"
+                 for key, one, many in self.SKIPS if self.skipped[key]]
+        return ", ".join(parts) or "none"
+
+
+def python_glob(pattern):
+    """A glob(3) pattern (prepare.c's) in the syntax of Python's glob module: outside brackets a backslash
+    takes the next character literally, and [^...] is a negated class as [!...] is."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(glob.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "[":
+            j = i + 1
+            if j < len(pattern) and pattern[j] in "!^":
+                j += 1
+            if j < len(pattern) and pattern[j] == "]":  # a ] first in the class is one of its characters
+                j += 1
+            end = pattern.find("]", j)
+            if end >= 0:
+                body = pattern[i + 1:end]
+                out.append("[" + ("!" + body[1:] if body.startswith("^") else body) + "]")
+                i = end + 1
+                continue
+            out.append("[[]")  # no closing bracket: a literal [
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def list_inputs(given):
+    """The Inputs of the --input arguments; none of their files being text is an error."""
+    inputs = Inputs()
+    for path in given:
+        inputs.add_input(path)
+    if not inputs.files:
+        fail(f"no text files found in the inputs (skipped: {inputs.skipped_text()})")
+    return inputs
+
 
 def looks_binary(path):
     try:
@@ -69,28 +235,6 @@ def looks_binary(path):
             return b"\0" in f.read(4096)
     except OSError:
         return False  # reading it later reports the error
-
-
-def walk(path, named, files, skipped):
-    try:
-        info = os.stat(path) if named else os.lstat(path)
-    except OSError as e:
-        fail(f"input '{path}': {e.strerror}: check the path")
-    if stat.S_ISLNK(info.st_mode):
-        skipped[0] += 1
-    elif stat.S_ISREG(info.st_mode):
-        if not named and looks_binary(path):
-            skipped[0] += 1
-        else:
-            files.append((path, info.st_size))
-    elif stat.S_ISDIR(info.st_mode):
-        for name in sorted(os.listdir(path), key=os.fsencode):
-            if not name.startswith("."):
-                walk(os.path.join(path, name), False, files, skipped)
-    elif named:
-        fail(f"input '{path}' is neither a file nor a directory")
-    else:
-        skipped[0] += 1
 
 
 def read_text(path, bad_utf8):
@@ -191,6 +335,14 @@ def verify_table(tok, table, samples):
         at = next((k for k in range(min(len(mine), len(theirs))) if mine[k] != theirs[k]), min(len(mine), len(theirs)))
         return f"table decode {mine[max(0, at - 20):at + 20]!r} != tokenizer decode {theirs[max(0, at - 20):at + 20]!r}"
     return "leading-space" if loose else "exact"
+
+
+def load_tokenizer(path):
+    from tokenizers import Tokenizer
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises plain Exceptions for unreadable files
+        fail(f"cannot load tokenizer '{path}': {e}")
 
 
 def tokenizer_name(args, tok):
@@ -304,7 +456,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="See docs/DATA.md (the shard format and the decode table).")
-    parser.add_argument("--input", action="append", default=[], help="a text file or a directory (repeatable)")
+    parser.add_argument("--input", action="append", default=[],
+                        help="a text file, a directory or a quoted glob (repeatable)")
     parser.add_argument("--output", help="the directory of shards (created; see --force)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--tokenizer", help="a Hugging Face tokenizer.json")
@@ -317,35 +470,47 @@ def main():
     parser.add_argument("--threads", type=int, help="encoding threads (default: every core)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress line")
     parser.add_argument("--encode", metavar="TEXT", help="print TEXT's ids with --tokenizer, and nothing else")
+    parser.add_argument("--list-inputs", action="store_true",
+                        help="print the files the inputs give (one a line, in the order they would be read) and "
+                             "what was skipped, and write nothing; needs no packages")
     args = parser.parse_args()
+    if args.list_inputs:
+        if not args.input:
+            parser.error("--list-inputs needs --input")
+        inputs = list_inputs(args.input)
+        for path, _ in inputs.files:
+            print(path)
+        print(f"prepare_tokenized: {len(inputs.files)} files (skipped: {inputs.skipped_text()}), "
+              f"{sum(size for _, size in inputs.files)} bytes", file=sys.stderr)
+        return
+    # The arguments are checked before the packages: their errors need none.
+    if args.encode is not None:
+        if not args.tokenizer:
+            parser.error("--encode needs --tokenizer")
+    else:
+        if not args.input or not args.output:
+            parser.error("--input and --output are required")
+        if not args.tokenizer and not args.train_bpe:
+            parser.error("give --tokenizer FILE or --train-bpe N")
+        if args.train_bpe is not None and not 257 <= args.train_bpe <= (1 << 24):
+            parser.error(f"--train-bpe {args.train_bpe}: a byte-level BPE needs at least 257 ids (256 bytes and "
+                         f"end-of-text) and mtf reads decode tables of at most 16777216")
+        if args.shard_tokens < 1:
+            parser.error("--shard-tokens must be at least 1")
+        if not 0 <= args.val_fraction < 1:
+            parser.error(f"--val-fraction must be in [0, 1), not {args.val_fraction}")
     if args.threads:
         os.environ["RAYON_NUM_THREADS"] = str(args.threads)  # read when tokenizers starts its pool
     import_packages()
     import numpy as np
-    from tokenizers import Tokenizer
 
     if args.encode is not None:
-        if not args.tokenizer:
-            parser.error("--encode needs --tokenizer")
-        print(" ".join(map(str, Tokenizer.from_file(args.tokenizer).encode(args.encode, add_special_tokens=False).ids)))
+        tok = load_tokenizer(args.tokenizer)
+        print(" ".join(map(str, tok.encode(args.encode, add_special_tokens=False).ids)))
         return
-    if not args.input or not args.output:
-        parser.error("--input and --output are required")
-    if not args.tokenizer and not args.train_bpe:
-        parser.error("give --tokenizer FILE or --train-bpe N")
-    if args.train_bpe is not None and not 257 <= args.train_bpe <= (1 << 24):
-        parser.error(f"--train-bpe {args.train_bpe}: a byte-level BPE needs at least 257 ids (256 bytes and "
-                     f"end-of-text) and mtf reads decode tables of at most 16777216")
-    if args.shard_tokens < 1:
-        parser.error("--shard-tokens must be at least 1")
-    if not 0 <= args.val_fraction < 1:
-        parser.error(f"--val-fraction must be in [0, 1), not {args.val_fraction}")
 
-    files, skipped, bad_utf8 = [], [0], [0]
-    for path in args.input:
-        walk(path, True, files, skipped)
-    if not files:
-        fail(f"no text files found in the inputs ({skipped[0]} skipped as links or binary)")
+    inputs = list_inputs(args.input)
+    files, bad_utf8 = inputs.files, [0]
     prepare_output(args.output, args.force)
     paths = [p for p, _ in files]
     t0 = time.time()
@@ -353,10 +518,7 @@ def main():
         tok = train_bpe(args, paths, bad_utf8)
         bad_utf8[0] = 0  # counted again below
     else:
-        try:
-            tok = Tokenizer.from_file(args.tokenizer)
-        except Exception as e:  # tokenizers raises plain Exceptions for unreadable files
-            fail(f"cannot load tokenizer '{args.tokenizer}': {e}")
+        tok = load_tokenizer(args.tokenizer)
     saved = os.path.join(args.output, "tokenizer.json")
     if args.train_bpe:
         tok.save(saved)
@@ -429,7 +591,7 @@ def main():
     progress.report(done_bytes, done_tokens, final=True)
 
     table_bytes = sum(len(b) for b in table)
-    print(f"prepare_tokenized: {len(files)} files ({skipped[0]} links or binary files skipped), {done_bytes} bytes; "
+    print(f"prepare_tokenized: {len(files)} files (skipped: {inputs.skipped_text()}), {done_bytes} bytes; "
           f"train {sinks['train'].total} tokens in {sinks['train'].shards} shards, val {sinks['val'].total} tokens in "
           f"{sinks['val'].shards} shards, in {args.output}")
     print(f"prepare_tokenized: tokenizer '{name}': {real} ids (vocab_size {vocab_size}), eot_id {eot}; "
