@@ -5,7 +5,9 @@
 # a checkpoint and stop; mtf then exits 75, and this script requeues the job, which resumes from that
 # checkpoint when it starts again. `scancel JOBID` sends SIGTERM too, but marks the job CANCELLED first:
 # then mtf still checkpoints and stops, and the job is not requeued (it ends CANCELLED; resubmitting the
-# template resumes from the checkpoint). Settings come from the template's environment (see the templates).
+# template resumes from the checkpoint). A lost node (a multi-node job) ends the job on every node; Slurm
+# requeues it itself (--requeue) and it resumes from the last periodic checkpoint. Settings come from the
+# template's environment (see the templates).
 set -uo pipefail
 : "${SLURM_JOB_ID:?submit a template with sbatch (e.g. sbatch jobs/transformer-cpu.slurm)}"
 MTF_HOME=${MTF_HOME:-$SLURM_SUBMIT_DIR}
@@ -41,10 +43,20 @@ cancelled_by_scancel() {
   reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<< "$info")
   [ "$state" = CANCELLED ] || { [ "$state" = COMPLETING ] && [ "$reason" != TimeLimit ]; }
 }
+# This job's nodes that Slurm has found down or not responding (a lost node: Slurm ends the job and, with
+# --requeue, queues it again itself).
+lost_nodes() { sinfo -h -N -n "$SLURM_JOB_NODELIST" -t down,fail,no_respond -o %N 2>/dev/null | sort -u | tr '\n' ' '; }
+node_failed=0
 forward() {
   warned=1
   warned_at=$(date +%s)
-  if [ "$1" = TERM ] && cancelled_by_scancel; then
+  local lost=
+  [ "$1" = TERM ] && [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ] && lost=$(lost_nodes)
+  if [ -n "$lost" ]; then
+    node_failed=1
+    say "SIGTERM: node(s) ${lost% } of this job failed; Slurm ends the job on every node and requeues it (--requeue):" \
+        "it resumes from the last checkpoint in $RUN_DIR/checkpoints"
+  elif [ "$1" = TERM ] && cancelled_by_scancel; then
     cancelled=1
     say "SIGTERM from scancel (the job is cancelled): asking mtf to checkpoint and stop; the job will not be requeued"
   else
@@ -71,6 +83,10 @@ done
 # mtf exits 75 after its checkpoint. srun may report another status when it ends the slower ranks once
 # the first has exited (--kill-on-bad-exit); a checkpoint written since the warning tells the same.
 latest=$RUN_DIR/checkpoints/latest
+if [ "$node_failed" = 1 ]; then
+  say "a node failed (mtf exit status $status): left to Slurm's requeue, not requeued here"
+  exit "$status"
+fi
 if [ "$cancelled" = 1 ]; then
   if [ -f "$latest" ] && [ "$(stat -c %Y "$latest")" -ge "$warned_at" ]; then
     say "cancelled: checkpoint written, not requeued; resubmit the template to resume from $latest"

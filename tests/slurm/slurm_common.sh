@@ -37,11 +37,13 @@ expect_checkpoint_at() {
 }
 
 # Submits jobs/transformer-cpu.slurm with the tiny test model in a fresh WORK dir (run dir WORK/run,
-# output WORK/job-ID.out) and prints the job id. usage: submit_training_job WORK SOURCE_DIR MTF "MTF_ARGS"
+# output WORK/job-ID.out) and prints the job id; more sbatch options may follow.
+# usage: submit_training_job WORK SOURCE_DIR MTF "MTF_ARGS" [SBATCH_OPTION...]
 submit_training_job() {
   local work=$1 source_dir=$2 mtf=$3 args=$4
+  shift 4
   fresh_job_dir "$work" || return 1
-  sbatch --parsable --output="$work/job-%j.out" \
+  sbatch --parsable --output="$work/job-%j.out" "$@" \
     --export="ALL,MTF=$mtf,MTF_HOME=$source_dir,CONFIG=$source_dir/tests/run/tiny-test.yaml,RUN_DIR=$work/run,MTF_ARGS=$args" \
     "$source_dir/jobs/transformer-cpu.slurm"
 }
