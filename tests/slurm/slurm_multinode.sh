@@ -14,7 +14,14 @@ source_dir=$2 mtf=$3 data=$4 work=$5 steps=300
 cluster=$state/cluster
 fail() { echo "FAIL: $*"; [ -n "${job:-}" ] && [ -f "$work/job-$job.out" ] && grep -v '^step\|^  ' "$work/job-$job.out" | tail -40; exit 1; }
 args="--set data.train=$data/train-*.h5 --set data.eval= --set train.steps=$steps --set train.log_every=1 --set train.checkpoint_every=20"
-ranks_left() { pgrep -f "$mtf train" | wc -l; }
+# The job's ranks: processes of the mtf binary in the nodes' namespaces (not other tests' runs of it).
+mtf_exe=$(readlink -f "$mtf")
+ranks_left() {
+  local ns pid
+  for ns in mtfn1 mtfn2; do ip netns pids "$ns" 2>/dev/null; done | while read -r pid; do
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$mtf_exe" ] && echo "$pid"
+  done | wc -l
+}
 
 # The reference: 4 ranks on one node, the mesh and layout the template picks for 2 nodes x 2 tasks.
 rm -rf "$work" && mkdir -p "$work"
@@ -32,6 +39,7 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 [ "${n:-0}" -ge 30 ] || fail "training did not reach step 30"
+[ "$(ranks_left)" = 4 ] || fail "expected the job's 4 ranks in the nodes' namespaces, found $(ranks_left)"
 grep -q "on 2 node(s)" "$work/job-$job.out" && grep -q -- "--mesh b:2;m:2 --layout batch:b;heads:m;d_ff:m;vocab:m" "$work/job-$job.out" ||
   fail "the template did not map 2 nodes x 2 tasks to b:2;m:2"
 hosts=$(squeue -h -j "$job" -o %N)
