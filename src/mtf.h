@@ -375,6 +375,28 @@ const char *mtf_cpu_bf16_text(void);
 /* c[m, n] = a[m, k] b[k, n] (row-major; a and b bfloat16 bits, c float32) the way the cpu backend multiplies
  * bfloat16, on `threads` threads: the MFU ceiling of a bf16 run measures it. */
 int mtf_cpu_bf16_matmul(int64_t m, int64_t n, int64_t k, const uint16_t *a, const uint16_t *b, float *c, int threads);
+/* What a backend kind does, from its registry entry (exec/registry.c): config, run and cli ask this instead
+ * of comparing backend names, so a new backend states its abilities in one place. */
+typedef struct mtf_backend_caps {
+  const char *kind;
+  int bf16;             /* backend.precision: bf16 implemented */
+  int bf16_grad_reduce; /* backend.grad_reduce: bf16 (gradient buckets summed in bfloat16) */
+  int one_program;      /* runs the whole mesh from one process as one compiled program per plan (pjrt): no
+                         * step-by-step executor, so no plan fields that only its kernels implement */
+  int microbatches;     /* train.microbatches > 1 */
+  int generate;         /* mtf generate (prefill and decode plans with a key/value cache) */
+  int host_memory;      /* tensors in this process's memory and collectives by MPI on it (cpu): the node's
+                         * memory bounds a run's planned peak; train.allreduce_overlap auto decides by placement */
+  int host_fusions;     /* its kernels implement the plan fusions made for the cpu kernels (mtf_plan_options'
+                         * fuse_grad_norm, xent_grad_from_loss, fuse_scatter_add, fuse_product_add) */
+  int arena_alignment;  /* bytes the arena's buffers start on (0: the plan's default) */
+  int host_peak;        /* computes on the host's cores: the host's measured sgemm is its MFU ceiling */
+  int host_bf16_matmul; /* multiplies bfloat16 as mtf_cpu_bf16_matmul does (the bf16 MFU ceiling measures it) */
+  int gpu;              /* one GPU per rank: backend.device, backend.tf32 and backend.comm: nccl apply */
+  int plugin;           /* backend.plugin and backend.local_devices apply (a PJRT plugin) */
+} mtf_backend_caps;
+/* The capabilities of a built-in or registered kind (NULL or "" = "cpu"); NULL for a kind this build lacks. */
+const mtf_backend_caps *mtf_backend_capabilities(const char *kind);
 /* The built-in kinds, comma-separated ("cpu", "cpu, pjrt" when the PJRT backend is built). */
 const char *mtf_backend_kinds(void);
 /* backend.precision: fp32 computes everything in fp32; bf16 gives the model's einsums bf16 operands with fp32

@@ -32,10 +32,8 @@ static int64_t fail_after_bytes(void) {
 
 /* The job-wide sums of a few counters (a failure flag, a checksum's partial sums), modulo 2^64. */
 static int sum_u64(const mtf_ckpt_model *m, uint64_t *values, int n) {
-  MPI_Comm world = mtf_comm_mpi_world(m->comm);
-  if (world == MPI_COMM_NULL) return 0;
   mtf_hdf5_unlock(); /* no HDF5 lock while waiting for slower ranks */
-  int rc = MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, world) == MPI_SUCCESS ? 0 : -1;
+  int rc = mtf_comm_mpi_sum_u64(m->comm, values, n);
   mtf_hdf5_lock();
   return rc;
 }

@@ -20,6 +20,12 @@ MPI_Comm mtf_comm_mpi_world(const mtf_comm *comm) {
   return comm && comm->ops == &mpi_ops ? impl_of(comm)->world : MPI_COMM_NULL;
 }
 
+int mtf_comm_mpi_sum_u64(const mtf_comm *comm, uint64_t *values, int n) {
+  MPI_Comm world = mtf_comm_mpi_world(comm);
+  if (world == MPI_COMM_NULL) return 0;
+  return MPI_Allreduce(MPI_IN_PLACE, values, n, MPI_UINT64_T, MPI_SUM, world) == MPI_SUCCESS ? 0 : -1;
+}
+
 static int mpi_failed(int mpi_rc, const char *call, mtf_error *err) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;

@@ -25,4 +25,8 @@ MPI_Comm mtf_comm_mpi_group(const mtf_comm *comm, mtf_axis_set axes);
  * communicator. Do not free it: it lives as long as comm. */
 MPI_Comm mtf_comm_mpi_world(const mtf_comm *comm);
 
+/* values[0 .. n) summed (modulo 2^64) over all of comm's ranks, in place; 0, or -1 when MPI failed. A comm
+ * that is not an MPI communicator (one process) leaves them as they are. Collective over comm. */
+int mtf_comm_mpi_sum_u64(const mtf_comm *comm, uint64_t *values, int n);
+
 #endif

@@ -621,8 +621,12 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   if (cfg->train.min_learning_rate > cfg->train.learning_rate)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.min_learning_rate (%g) is above train.learning_rate (%g)", src,
                          cfg->train.min_learning_rate, cfg->train.learning_rate);
-  /* The CUDA keys likewise; bf16 is refused where it is not implemented rather than silently fp32. */
-  if (strcmp(cfg->backend, "cuda") != 0 && (cfg->device != -1 || cfg->tf32))
+  /* The CUDA keys likewise; bf16 is refused where it is not implemented rather than silently fp32. What each
+   * kind does is its registry entry's (mtf_backend_capabilities; backend.kind was checked when it was read). */
+  mtf_backend_caps no_caps = {.kind = cfg->backend};
+  const mtf_backend_caps *caps = mtf_backend_capabilities(cfg->backend);
+  if (!caps) caps = &no_caps;
+  if (!caps->gpu && (cfg->device != -1 || cfg->tf32))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
                          "cuda (set that, or remove the key)", src, cfg->tf32 ? "backend.tf32" : "backend.device",
                          cfg->backend);
@@ -635,15 +639,15 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
                          "but train.allreduce_overlap is off (no buckets): set it to auto or on, or grad_reduce: fp32",
                          src);
-  if (strcmp(cfg->grad_reduce, "bf16") == 0 && strcmp(cfg->backend, "pjrt") == 0)
-    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the pjrt backend "
-                         "(its compiled program sums gradients in fp32): use grad_reduce: fp32", src);
+  if (strcmp(cfg->grad_reduce, "bf16") == 0 && !caps->bf16_grad_reduce)
+    return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the %s backend "
+                         "(it sums gradients in fp32): use grad_reduce: fp32", src, cfg->backend);
   /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
-  if (strcmp(cfg->comm, "nccl") == 0 && strcmp(cfg->backend, "cuda") != 0)
+  if (strcmp(cfg->comm, "nccl") == 0 && !caps->gpu)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "
                          "backend.kind: cuda (one GPU per rank); with %s use auto or mpi", src, cfg->backend, cfg->backend);
   /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */
-  if (strcmp(cfg->backend, "pjrt") != 0 && (cfg->plugin[0] || cfg->local_devices != 0))
+  if (!caps->plugin && (cfg->plugin[0] || cfg->local_devices != 0))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
                          "pjrt (set that, or remove the key)", src, cfg->plugin[0] ? "backend.plugin" : "backend.local_devices",
                          cfg->backend);

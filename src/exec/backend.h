@@ -106,10 +106,11 @@ struct mtf_backend {
  * errors that list the built-in kinds; so is a precision the backend does not have. */
 int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
 void mtf_backend_destroy(mtf_backend *b);
-/* For test programs: one more kind that mtf_backend_create (and so backend.kind) accepts, e.g. "cuda-emu",
- * the CUDA backend compiled against the host emulator (tests/cuda_emu). Call before any session. */
-int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
-                                                         mtf_error *err));
+/* For test programs: one more kind, caps->kind, that mtf_backend_create (and so backend.kind) accepts, with
+ * what it does (mtf_backend_caps, copied), e.g. "cuda-emu", the CUDA backend compiled against the host
+ * emulator (tests/cuda_emu). Call before any session. */
+int mtf_backend_register(const mtf_backend_caps *caps,
+                         int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err));
 
 /* The backend instance a session computes on (for tests that wrap a kernel). */
 mtf_backend *mtf_session_backend_instance(mtf_session *s);

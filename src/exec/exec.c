@@ -13,6 +13,7 @@
 #include "exec/backend.h"
 #include "exec/device_comm.h"
 #include "exec/profile.h"
+#include "ops/op_def.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/session.h"
 #endif
@@ -182,6 +183,22 @@ nomem: {
 }
 }
 
+/* supports_op: every kernel step of the plan (and the cast a bf16 weight copy needs) has a kernel on this backend,
+ * checked when the session is made rather than found missing in the middle of a step. */
+static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error *err) {
+  for (int i = 0; i < plan->n_steps; i++) {
+    const mtf_step *st = &plan->steps[i];
+    if (st->kind != MTF_STEP_KERNEL || st->fused) continue;
+    mtf_op_kind op = st->bf16_copy > 0 && !be->kernels[MTF_OP_CAST] ? MTF_OP_CAST : st->op;
+    if (!be->kernels[op])
+      return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' has no kernel for op '%s' (step %d of the plan): it "
+                           "cannot run this plan; add the kernel to the backend's table, or run on a backend that has "
+                           "it (test_backend_conformance --backend %s lists what it runs)", be->name,
+                           mtf_op(op)->name, i, be->name);
+  }
+  return MTF_OK;
+}
+
 int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
                        mtf_error *err) {
   *out = NULL;
@@ -244,7 +261,8 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     mtf_session_destroy(s);
     return rc;
   }
-  rc = allocate_storage(s, err);
+  rc = check_kernels(plan, s->backend, err);
+  if (rc == MTF_OK) rc = allocate_storage(s, err);
   if (rc) {
     mtf_session_destroy(s);
     return rc;

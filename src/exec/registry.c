@@ -9,10 +9,13 @@
 #include "exec/pjrt/pjrt_backend.h"
 #endif
 
+/* A kind: what it does (mtf_backend_caps), how to make one, and what it would run on (optional: the
+ * `mtf --version` and start-of-run lines; NULL = nothing to say). */
 typedef struct backend_entry {
-  const char *kind;
+  mtf_backend_caps caps;
   int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
-  int has_bf16; /* backend.precision: bf16 implemented */
+  int (*describe)(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
+                  mtf_error *err);
 } backend_entry;
 
 static int create_cpu(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
@@ -23,15 +26,32 @@ static int create_cpu(const mtf_backend_options *options, mtf_backend **out, mtf
 static int create_pjrt(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
   return mtf_pjrt_backend_create(options->threads, out, err);
 }
+
+static int describe_pjrt(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
+                         mtf_error *err) {
+  return mtf_pjrt_probe(o->plugin, o->local_devices, mesh_devices, processes, out, cap, err);
+}
+#endif
+
+#ifdef MTF_HAVE_CUDA
+static int describe_cuda(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
+                         mtf_error *err) {
+  (void)mesh_devices, (void)processes;
+  return mtf_cuda_probe(o, out, cap, err);
+}
 #endif
 
 static const backend_entry builtin[] = {
-    {"cpu", create_cpu, 1},
+    {{.kind = "cpu", .bf16 = 1, .bf16_grad_reduce = 1, .microbatches = 1, .generate = 1, .host_memory = 1,
+      .host_fusions = 1, .host_peak = 1, .host_bf16_matmul = 1},
+     create_cpu, NULL},
 #ifdef MTF_HAVE_PJRT
-    {"pjrt", create_pjrt, 1},
+    {{.kind = "pjrt", .bf16 = 1, .one_program = 1, .host_peak = 1, .plugin = 1}, create_pjrt, describe_pjrt},
 #endif
 #ifdef MTF_HAVE_CUDA
-    {"cuda", mtf_cuda_backend_create, 1},
+    {{.kind = "cuda", .bf16 = 1, .bf16_grad_reduce = 1, .microbatches = 1, .generate = 1, .arena_alignment = 256,
+      .gpu = 1},
+     mtf_cuda_backend_create, describe_cuda},
 #endif
 };
 
@@ -42,7 +62,7 @@ const char *mtf_backend_kinds(void) {
   if (!list[0]) {
     size_t used = 0;
     for (size_t i = 0; i < N_BUILTIN; i++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", builtin[i].kind);
+      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", builtin[i].caps.kind);
   }
   return list;
 }
@@ -53,20 +73,19 @@ const char *mtf_backend_kinds(void) {
 static backend_entry registered[MAX_REGISTERED];
 static int n_registered;
 
-/* Such a kind is the CUDA backend's code (cuda-emu): it has bf16. */
-int mtf_backend_register(const char *kind, int (*create)(const mtf_backend_options *options, mtf_backend **out,
-                                                         mtf_error *err)) {
+int mtf_backend_register(const mtf_backend_caps *caps,
+                         int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err)) {
   if (n_registered == MAX_REGISTERED) return MTF_ERR_INVALID;
-  registered[n_registered++] = (backend_entry){kind, create, 1};
+  registered[n_registered++] = (backend_entry){*caps, create, NULL};
   return MTF_OK;
 }
 
 static const backend_entry *find(const char *kind, mtf_error *err) {
   if (!kind || !kind[0]) kind = "cpu";
   for (size_t i = 0; i < N_BUILTIN; i++)
-    if (strcmp(kind, builtin[i].kind) == 0) return &builtin[i];
+    if (strcmp(kind, builtin[i].caps.kind) == 0) return &builtin[i];
   for (int i = 0; i < n_registered; i++)
-    if (strcmp(kind, registered[i].kind) == 0) return &registered[i];
+    if (strcmp(kind, registered[i].caps.kind) == 0) return &registered[i];
   mtf_error_set(err, MTF_ERR_INVALID, "unknown backend '%s' (built in: %s)%s", kind, mtf_backend_kinds(),
                 strcmp(kind, "cuda") == 0 ? ": this build has no CUDA (configure where nvcc is on PATH, or set "
                                             "CUDACXX, with MTF_ENABLE_CUDA=ON)" : "");
@@ -77,12 +96,18 @@ const char *mtf_cpu_bf16_text(void) { return mtf_cpu_bf16_path(); }
 
 int mtf_backend_check(const char *kind, mtf_error *err) { return find(kind, err) ? MTF_OK : MTF_ERR_INVALID; }
 
+const mtf_backend_caps *mtf_backend_capabilities(const char *kind) {
+  mtf_error ignored;
+  const backend_entry *entry = find(kind, &ignored);
+  return entry ? &entry->caps : NULL;
+}
+
 /* bf16 exists on the backends that implement it; the others refuse it rather than compute in fp32 and let
  * the run believe otherwise. */
 static int check_precision(const backend_entry *entry, const mtf_backend_options *o, mtf_error *err) {
-  if (o->precision == MTF_PRECISION_FP32 || entry->has_bf16) return MTF_OK;
+  if (o->precision == MTF_PRECISION_FP32 || entry->caps.bf16) return MTF_OK;
   return mtf_error_set(err, MTF_ERR_INVALID, "backend.precision: bf16 is not implemented by the %s backend, which "
-                       "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", entry->kind);
+                       "computes in fp32 only: set backend.precision: fp32, or use backend.kind: cuda", entry->caps.kind);
 }
 
 int mtf_backend_describe(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
@@ -91,15 +116,7 @@ int mtf_backend_describe(const mtf_backend_options *o, long mesh_devices, int pr
   const backend_entry *entry = find(o->kind, err);
   if (!entry) return MTF_ERR_INVALID;
   MTF_CHECK(check_precision(entry, o, err));
-#ifdef MTF_HAVE_PJRT
-  if (strcmp(entry->kind, "pjrt") == 0)
-    return mtf_pjrt_probe(o->plugin, o->local_devices, mesh_devices, processes, out, cap, err);
-#endif
-#ifdef MTF_HAVE_CUDA
-  if (strcmp(entry->kind, "cuda") == 0) return mtf_cuda_probe(o, out, cap, err);
-#endif
-  (void)mesh_devices, (void)processes;
-  return MTF_OK;
+  return entry->describe ? entry->describe(o, mesh_devices, processes, out, cap, err) : MTF_OK;
 }
 
 int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {

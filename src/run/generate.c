@@ -235,10 +235,10 @@ static int beam_rows(mtf_gen_engine *e, const mtf_generate_options *opts, gen_ro
 int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mtf_error *err) {
   MTF_CHECK(mtf_generate_check_options(opts, err)); /* alike on every rank */
   MTF_CHECK(mtf_run_check_backend(cfg, err)); /* alike on every rank */
-  if (strcmp(cfg->backend, "pjrt") == 0)
-    return mtf_error_set(err, MTF_ERR_INVALID, "mtf generate on backend.kind pjrt is not built yet (its prefill and "
+  if (!mtf_backend_capabilities(cfg->backend)->generate)
+    return mtf_error_set(err, MTF_ERR_INVALID, "mtf generate on backend.kind %s is not built yet (its prefill and "
                          "decode programs with the key/value cache); generate with backend.kind cpu: checkpoints "
-                         "written on pjrt restore there");
+                         "written on %s restore there", cfg->backend, cfg->backend);
   int rank = mtf_world_rank();
   int64_t vocab = cfg->model.vocab, length = cfg->model.length;
   /* Encoder-decoder: each prompt is the encoder's input (its first `length` tokens, as training reads them);

@@ -76,16 +76,21 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   return MTF_OK;
 }
 
-/* The backends that run a plan step by step, cpu and cuda ("cuda-emu" in tests: the cuda backend's kernels on the
- * host), not pjrt's one compiled program per step: those skip a cast whose weight copy is current
- * (mtf_plan_options.bf16_weight_copies) and a moving average fused into its adam_update (fuse_optimizer). */
-static int runs_step_by_step(const mtf_config *cfg) {
-  return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0 || strncmp(cfg->backend, "cuda", 4) == 0;
+/* What the config's backend kind does (its registry entry); a kind this build lacks (a plan made for a cluster's
+ * build, `mtf plan` here) plans as cpu does. */
+static const mtf_backend_caps *caps_of(const mtf_config *cfg) {
+  const mtf_backend_caps *caps = mtf_backend_capabilities(cfg->backend);
+  return caps ? caps : mtf_backend_capabilities("cpu");
 }
 
-static int on_cpu(const mtf_config *cfg) { return cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0; }
+/* The backends that run a plan step by step (cpu, cuda), not one compiled program per step (pjrt): those skip
+ * a cast whose weight copy is current (mtf_plan_options.bf16_weight_copies) and a moving average fused into its
+ * adam_update (fuse_optimizer). */
+static int runs_step_by_step(const mtf_config *cfg) { return !caps_of(cfg)->one_program; }
 
-int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend, "cuda", 4) == 0 ? 256 : 0; }
+static int host_fusions(const mtf_config *cfg) { return caps_of(cfg)->host_fusions; }
+
+int mtf_run_arena_alignment(const mtf_config *cfg) { return caps_of(cfg)->arena_alignment; }
 
 /* auto: MPI moves a non-blocking collective only inside MPI calls, so between ranks of one node the copies run
  * on the cores that compute, and Open MPI's non-blocking allreduce copies more than its blocking one (the
@@ -93,7 +98,8 @@ int mtf_run_arena_alignment(const mtf_config *cfg) { return strncmp(cfg->backend
  * the bytes, and NCCL (cuda) has its own engine; bf16 on the wire needs the buckets. Without MPI (mtf plan)
  * the job's placement is unknown and the plan shows the buckets. */
 int mtf_run_overlap_by_placement(const mtf_config *cfg) {
-  return strcmp(cfg->train.allreduce_overlap, "auto") == 0 && on_cpu(cfg) && strcmp(cfg->grad_reduce, "bf16") != 0;
+  return strcmp(cfg->train.allreduce_overlap, "auto") == 0 && caps_of(cfg)->host_memory &&
+         strcmp(cfg->grad_reduce, "bf16") != 0;
 }
 
 int mtf_run_overlaps_gradients(const mtf_config *cfg) {
@@ -128,10 +134,10 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
                               .bf16_weight_copies = runs_step_by_step(cfg),
                               .arena_alignment = mtf_run_arena_alignment(cfg),
                               .fuse_optimizer = runs_step_by_step(cfg),
-                              .fuse_grad_norm = on_cpu(cfg),
-                              .xent_grad_from_loss = on_cpu(cfg),
-                              .fuse_scatter_add = on_cpu(cfg),
-                              .fuse_product_add = on_cpu(cfg)};
+                              .fuse_grad_norm = host_fusions(cfg),
+                              .xent_grad_from_loss = host_fusions(cfg),
+                              .fuse_scatter_add = host_fusions(cfg),
+                              .fuse_product_add = host_fusions(cfg)};
   int rc;
   if (N == 1) {
     rc = mtf_plan_create_with_options(g, mesh, rules, rank, n_fetches, fetches, &options, train, err);

@@ -37,17 +37,18 @@ mtf_session_options mtf_run_session_options(const mtf_config *cfg) {
 void mtf_run_print_backend(const mtf_session *session, int to_stderr) {
   if (mtf_world_rank() != 0 || !session) return;
   FILE *out = to_stderr ? stderr : stdout;
-  if (strcmp(mtf_session_backend(session), "pjrt") == 0)
-  {
+  const mtf_backend_caps *caps = mtf_backend_capabilities(mtf_session_backend(session));
+  if (caps && caps->one_program) {
     int threads = mtf_session_threads(session);
     char pool[96] = "";
     if (threads > 0) snprintf(pool, sizeof pool, ", %d host threads (PJRT_NPROC)", threads);
     fprintf(out, "backend: pjrt, %d process x %d devices%s, one compiled program per step\n", mtf_world_size(),
             mtf_session_devices(session), pool);
   }
-  else if (strcmp(mtf_session_backend(session), "cuda") == 0)
-    fprintf(out, "backend: cuda, %d ranks x 1 GPU (the cuda: line above names rank 0's), collectives %s\n",
-            mtf_world_size(), mtf_session_collectives(session));
+  else if (caps && caps->gpu)
+    fprintf(out, "backend: %s, %d ranks x 1 GPU (the %s: line above names rank 0's), collectives %s\n",
+            mtf_session_backend(session), mtf_world_size(), mtf_session_backend(session),
+            mtf_session_collectives(session));
   else if (strcmp(mtf_session_collectives(session), "mpi") != 0) /* device memory: say which path */
     fprintf(out, "backend: %s, %d ranks x %d threads, collectives %s\n", mtf_session_backend(session),
             mtf_world_size(), mtf_session_threads(session), mtf_session_collectives(session));
@@ -68,7 +69,7 @@ int mtf_run_agree(int rc, mtf_error *err) {
 int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
   /* The same config on every rank: an unknown backend fails everywhere alike, before anything is built. */
   MTF_CHECK(mtf_backend_check(cfg->backend, err));
-  if (strcmp(cfg->backend, "pjrt") != 0 && strcmp(cfg->backend, "cuda") != 0) return MTF_OK;
+  const mtf_backend_caps *caps = mtf_backend_capabilities(cfg->backend);
   long mesh_devices = 1;
   for (int d = 0; d < cfg->mesh_shape.rank; d++) mesh_devices *= cfg->mesh_shape.dims[d].size;
   char desc[4096];
@@ -80,11 +81,11 @@ int mtf_run_check_backend(const mtf_config *cfg, mtf_error *err) {
     printf("%s\n", desc);
     fflush(stdout);
   }
-  /* It also refuses more than one process, with this plugin's reason (exec/pjrt/backend.c). */
-  if (rc != MTF_OK || strcmp(cfg->backend, "cuda") == 0) return rc;
-  if (cfg->train.microbatches > 1)
-    return mtf_error_set(err, MTF_ERR_INVALID, "backend.kind pjrt: train.microbatches > 1 is not supported yet; use 1");
-  return MTF_OK;
+  /* pjrt's also refuses more than one process, with its plugin's reason (exec/pjrt/backend.c). */
+  if (rc == MTF_OK && cfg->train.microbatches > 1 && !caps->microbatches)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.kind %s: train.microbatches > 1 is not supported yet; use 1",
+                         cfg->backend);
+  return rc;
 }
 
 /* backend pjrt: one process, the mesh's devices through one compiled program per plan (see setup.h). */
@@ -135,7 +136,7 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   mtf_error_clear(err);
   mtf_session_options options = mtf_run_session_options(cfg);
   MTF_CHECK(mtf_run_check_backend(cfg, err));
-  if (strcmp(cfg->backend, "pjrt") == 0) return setup_pjrt(st, cfg, with_training, err);
+  if (mtf_backend_capabilities(cfg->backend)->one_program) return setup_pjrt(st, cfg, with_training, err);
   /* Layout errors first (every rank builds rank 0's plan, so they are alike everywhere, and more useful than
    * a size mismatch); only running out of memory can fail on one rank, hence the agreement. */
   int rc = mtf_run_agree(mtf_program_build(cfg, 0, &st->program, err), err);
@@ -145,7 +146,7 @@ int mtf_run_setup(mtf_run_state *st, const mtf_config *cfg, int with_training, m
   /* Before anything is allocated: a training job whose planned peak the node cannot hold is refused now, with
    * the figures, rather than killed by the system later (the cpu backend: its arenas are host memory; the
    * estimate is a training run's, so eval and generate are not checked by it). */
-  if (rc == MTF_OK && with_training && (cfg->backend[0] == '\0' || strcmp(cfg->backend, "cpu") == 0))
+  if (rc == MTF_OK && with_training && mtf_backend_capabilities(cfg->backend)->host_memory)
     rc = mtf_run_check_memory_fit(&st->program, cfg, mtf_world_ranks_on_node(), err);
   if (st->comm) rc = mtf_comm_agree(st->comm, rc, err); /* no rank goes on to allocate when one may not */
   if (rc != MTF_OK) return rc;

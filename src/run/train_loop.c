@@ -285,9 +285,9 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   double flops_per_token = mtf_transformer_flops_per_token(&cfg->model, st.program.train_model.param_count);
   /* The host's sgemm is the ceiling of the host backends only (cuda: backend.peak_gflops, or none). */
   /* A bf16 run on cpu: the ceiling of its products is the bf16 matmul's, not sgemm's. */
-  int bf16_threads = strcmp(cfg->backend, "cpu") == 0 && strcmp(cfg->precision, "bf16") == 0
-                         ? mtf_session_threads(st.train) : 0;
-  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, strcmp(cfg->backend, "cuda") != 0, bf16_threads);
+  const mtf_backend_caps *caps = mtf_backend_capabilities(cfg->backend);
+  int bf16_threads = caps->host_bf16_matmul && strcmp(cfg->precision, "bf16") == 0 ? mtf_session_threads(st.train) : 0;
+  mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, caps->host_peak, bf16_threads);
   double job_peak = peak.job;
   print_header(&st, &peak);
 

@@ -6,5 +6,8 @@
 int mtf_cuda_emu_backend_create(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
 
 __attribute__((constructor)) static void register_cuda_emu(void) {
-  mtf_backend_register("cuda-emu", mtf_cuda_emu_backend_create);
+  /* the cuda backend's abilities (exec/registry.c), computing on the host's cores */
+  static const mtf_backend_caps caps = {.kind = "cuda-emu", .bf16 = 1, .bf16_grad_reduce = 1, .microbatches = 1,
+                                        .generate = 1, .arena_alignment = 256, .gpu = 1, .host_peak = 1};
+  mtf_backend_register(&caps, mtf_cuda_emu_backend_create);
 }

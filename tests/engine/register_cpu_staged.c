@@ -22,5 +22,9 @@ static int cpu_staged_create(const mtf_backend_options *options, mtf_backend **o
 }
 
 __attribute__((constructor)) static void register_cpu_staged(void) {
-  mtf_backend_register("cpu-staged", cpu_staged_create);
+  /* the cpu backend's kernels and abilities, its collectives as a device backend's */
+  mtf_backend_caps caps = *mtf_backend_capabilities("cpu");
+  caps.kind = "cpu-staged";
+  caps.host_memory = 0;
+  mtf_backend_register(&caps, cpu_staged_create);
 }
