@@ -9,8 +9,8 @@
 #                   includes none of the engine's private headers (exec/, lower/, graph/, ops/): it uses mtf.h
 #   backend-names   no backend kind ("cpu", "cuda", "pjrt", "cuda-emu") is compared as a string outside
 #                   src/exec/registry.c: what a kind does is its registry entry (mtf_backend_capabilities)
-#   op-switch       `case MTF_OP_` appears only in src/ops/table.c, the one place that dispatches on op kind,
-#                   and in the files still listed as pending below
+#   op-switch       `case MTF_OP_` appears only in src/ops/table.c, the one place that dispatches on op kind
+#                   (the backends' kernels and the PJRT emitter are op-indexed tables, filled by index)
 #
 # Prints each violation as FILE:LINE: [rule] the line, then a summary; exits 1 when there is any, 0 otherwise,
 # 2 on bad usage. CI runs it through ctest (tests/structure), with a test that plants one violation of each rule
@@ -24,11 +24,6 @@ esac
 root=${1:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
 [ -d "$root/src" ] || { echo "check_structure: $root has no src/ folder (give a checkout of mtf)" >&2; exit 2; }
 cd "$root"
-
-# Files where op-kind switches remain until their handler tables exist (issue 31): the PJRT emitter dispatches
-# by switch, and the fused gradients' shape helper. Each file leaves this list when it is converted.
-op_switch_pending=(src/exec/pjrt/emit_ops.c src/exec/pjrt/emit_fused.c src/exec/pjrt/emit_select.c
-                   src/exec/pjrt/emit_attention.c src/ops/fused_grad.c)
 
 violations=0
 report() { # rule, then grep -n lines "FILE:LINE:text"
@@ -72,11 +67,10 @@ report backend-names < <(code_lines "${not_registry[@]}" | text_matches "str(n)?
   text_matches "(backend|kind)" | text_matches "$names")
 
 mapfile -t switch_files < <(sources -not -path 'src/ops/table.c')
-pending_re=$(printf '^%s:|' "${op_switch_pending[@]}")
-report op-switch < <(code_lines "${switch_files[@]}" | grep -E 'case[[:space:]]+MTF_OP_' | grep -vE "${pending_re%|}" || true)
+report op-switch < <(code_lines "${switch_files[@]}" | text_matches 'case[[:space:]]+MTF_OP_')
 
 if [ "$violations" -gt 0 ]; then
   echo "check_structure: $violations violation(s) of the layering rules in docs/ARCHITECTURE.md (\"Structure rules, checked\")" >&2
   exit 1
 fi
-echo "check_structure: ok (mpi, engine-headers, backend-names, op-switch; op-switch pending in ${#op_switch_pending[@]} files)"
+echo "check_structure: ok (mpi, engine-headers, backend-names, op-switch)"

@@ -210,67 +210,93 @@ static void gelu_grad_gradient(mtf_grad_ctx *ctx, int self, mtf_tensor dy) {
  *     variance cancels when |mean| >> std).
  *   cross-entropy grad: MAX(logits) -> [rows]; allreduce max; STATS(logits, max, dy) -> [3, rows] (sum
  *     exp, the max carried, dy carried); allreduce; APPLY(logits, labels, stats). */
-static int grad_lower(mtf_lowering *lw, int node) {
-  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
-  int axis = n->kind == MTF_OP_GELU_GRAD ? -1 : mtf_lowering_split_axis(lw, n->inputs[0], n->params.along.dim);
-  if (axis < 0) return mtf_lower_local(lw, node, 0);
-  mtf_axis_set group = 1u << axis;
+/* A gradient lowered with its dim split: the node's lowered inputs, the rows' shape, the group of the split axis,
+ * and the APPLY phase's inputs that each op's phases fill in (one function per op: the table's `lower`). */
+typedef struct split_grad {
+  mtf_lowering *lw;
+  int node;
+  mtf_axis_set group;
   int in[MTF_MAX_OP_INPUTS];
   mtf_shape shapes[MTF_MAX_OP_INPUTS];
   mtf_dtype types[MTF_MAX_OP_INPUTS];
-  for (int k = 0; k < n->n_inputs; k++) {
-    MTF_CHECK(mtf_lower_input(lw, node, k, &in[k], &shapes[k]));
-    types[k] = mtf_lowering_dtype(lw, n->inputs[k]);
-  }
-  mtf_shape rows = mtf_op_shape_without(&shapes[0], n->params.along.dim), out_shape = mtf_lowering_local_shape(lw, node);
-  int first, stats, out;
+  mtf_shape rows;
   int phase_in[3];
   mtf_shape phase_shapes[3];
-  mtf_dtype phase_types[3] = {types[0], MTF_F32, MTF_F32};
-  switch (n->kind) {
-    case MTF_OP_SOFTMAX_GRAD:
-    case MTF_OP_LOG_SOFTMAX_GRAD:
-      MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, 2, in, shapes, types, &rows, &stats));
-      MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, &rows, group, MTF_REDUCE_SUM));
-      phase_in[0] = in[0], phase_in[1] = in[1], phase_in[2] = stats;
-      phase_shapes[0] = shapes[0], phase_shapes[1] = shapes[1], phase_shapes[2] = rows;
-      break;
-    case MTF_OP_LAYER_NORM_GRAD:
-    case MTF_OP_RMS_NORM_GRAD: {
-      int layer = n->kind == MTF_OP_LAYER_NORM_GRAD;
-      mtf_shape four = mtf_op_stats_shape(4, &rows);
-      phase_in[0] = in[0], phase_in[1] = in[1];
-      phase_shapes[0] = shapes[0], phase_shapes[1] = shapes[1], phase_shapes[2] = rows;
-      if (layer) {
-        MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_SUM, 1, in, shapes, types, &rows, &first));
-        MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, first, &rows, group, MTF_REDUCE_SUM));
-        phase_in[2] = first;
-      }
-      MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, layer ? 3 : 2, phase_in, phase_shapes, phase_types, &four,
-                                &stats));
-      MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, &four, group, MTF_REDUCE_SUM));
-      phase_in[2] = stats, phase_shapes[2] = four;
-      break;
-    }
-    case MTF_OP_SOFTMAX_XENT_GRAD: {
-      mtf_shape three = mtf_op_stats_shape(3, &rows);
-      MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_MAX, 1, in, shapes, types, &rows, &first));
-      MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, first, &rows, group, MTF_REDUCE_MAX));
-      phase_in[0] = in[0], phase_in[1] = first, phase_in[2] = in[2];
-      phase_shapes[0] = shapes[0], phase_shapes[1] = rows, phase_shapes[2] = shapes[2];
-      MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_STATS, 3, phase_in, phase_shapes, phase_types, &three, &stats));
-      MTF_CHECK(mtf_lower_allreduce_buffer(lw, node, stats, &three, group, MTF_REDUCE_SUM));
-      phase_in[1] = in[1], phase_in[2] = stats;
-      phase_shapes[1] = shapes[1], phase_shapes[2] = three;
-      phase_types[1] = types[1];
-      break;
-    }
-    default: return MTF_ERR_INVALID;
+  mtf_dtype phase_types[3];
+} split_grad;
+
+static int split_grad_lower(mtf_lowering *lw, int node, int (*phases)(split_grad *g)) {
+  const mtf_node *n = &mtf_lowering_graph(lw)->nodes[node];
+  int axis = mtf_lowering_split_axis(lw, n->inputs[0], n->params.along.dim);
+  if (axis < 0) return mtf_lower_local(lw, node, 0);
+  split_grad g = {.lw = lw, .node = node, .group = 1u << axis};
+  for (int k = 0; k < n->n_inputs; k++) {
+    MTF_CHECK(mtf_lower_input(lw, node, k, &g.in[k], &g.shapes[k]));
+    g.types[k] = mtf_lowering_dtype(lw, n->inputs[k]);
   }
-  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 3, phase_in, phase_shapes, phase_types, &out_shape, &out));
+  g.rows = mtf_op_shape_without(&g.shapes[0], n->params.along.dim);
+  g.phase_types[0] = g.types[0], g.phase_types[1] = MTF_F32, g.phase_types[2] = MTF_F32;
+  MTF_CHECK(phases(&g));
+  mtf_shape out_shape = mtf_lowering_local_shape(lw, node);
+  int out;
+  MTF_CHECK(mtf_lower_phase(lw, node, MTF_PHASE_APPLY, 3, g.phase_in, g.phase_shapes, g.phase_types, &out_shape, &out));
   mtf_lower_set_value(lw, node, out);
   return MTF_OK;
 }
+
+static int softmax_grad_phases(split_grad *g) {
+  int stats;
+  MTF_CHECK(mtf_lower_phase(g->lw, g->node, MTF_PHASE_STATS, 2, g->in, g->shapes, g->types, &g->rows, &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(g->lw, g->node, stats, &g->rows, g->group, MTF_REDUCE_SUM));
+  g->phase_in[0] = g->in[0], g->phase_in[1] = g->in[1], g->phase_in[2] = stats;
+  g->phase_shapes[0] = g->shapes[0], g->phase_shapes[1] = g->shapes[1], g->phase_shapes[2] = g->rows;
+  return MTF_OK;
+}
+
+static int norm_grad_phases(split_grad *g, int layer) {
+  int first, stats;
+  mtf_shape four = mtf_op_stats_shape(4, &g->rows);
+  g->phase_in[0] = g->in[0], g->phase_in[1] = g->in[1];
+  g->phase_shapes[0] = g->shapes[0], g->phase_shapes[1] = g->shapes[1], g->phase_shapes[2] = g->rows;
+  if (layer) {
+    MTF_CHECK(mtf_lower_phase(g->lw, g->node, MTF_PHASE_SUM, 1, g->in, g->shapes, g->types, &g->rows, &first));
+    MTF_CHECK(mtf_lower_allreduce_buffer(g->lw, g->node, first, &g->rows, g->group, MTF_REDUCE_SUM));
+    g->phase_in[2] = first;
+  }
+  MTF_CHECK(mtf_lower_phase(g->lw, g->node, MTF_PHASE_STATS, layer ? 3 : 2, g->phase_in, g->phase_shapes,
+                            g->phase_types, &four, &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(g->lw, g->node, stats, &four, g->group, MTF_REDUCE_SUM));
+  g->phase_in[2] = stats, g->phase_shapes[2] = four;
+  return MTF_OK;
+}
+
+static int layer_norm_grad_phases(split_grad *g) { return norm_grad_phases(g, 1); }
+static int rms_norm_grad_phases(split_grad *g) { return norm_grad_phases(g, 0); }
+
+static int xent_grad_phases(split_grad *g) {
+  int first, stats;
+  mtf_shape three = mtf_op_stats_shape(3, &g->rows);
+  MTF_CHECK(mtf_lower_phase(g->lw, g->node, MTF_PHASE_MAX, 1, g->in, g->shapes, g->types, &g->rows, &first));
+  MTF_CHECK(mtf_lower_allreduce_buffer(g->lw, g->node, first, &g->rows, g->group, MTF_REDUCE_MAX));
+  g->phase_in[0] = g->in[0], g->phase_in[1] = first, g->phase_in[2] = g->in[2];
+  g->phase_shapes[0] = g->shapes[0], g->phase_shapes[1] = g->rows, g->phase_shapes[2] = g->shapes[2];
+  MTF_CHECK(mtf_lower_phase(g->lw, g->node, MTF_PHASE_STATS, 3, g->phase_in, g->phase_shapes, g->phase_types, &three,
+                            &stats));
+  MTF_CHECK(mtf_lower_allreduce_buffer(g->lw, g->node, stats, &three, g->group, MTF_REDUCE_SUM));
+  g->phase_in[1] = g->in[1], g->phase_in[2] = stats;
+  g->phase_shapes[1] = g->shapes[1], g->phase_shapes[2] = three;
+  g->phase_types[1] = g->types[1];
+  return MTF_OK;
+}
+
+static int softmax_grad_lower(mtf_lowering *lw, int node) { return split_grad_lower(lw, node, softmax_grad_phases); }
+static int layer_norm_grad_lower(mtf_lowering *lw, int node) {
+  return split_grad_lower(lw, node, layer_norm_grad_phases);
+}
+static int rms_norm_grad_lower(mtf_lowering *lw, int node) { return split_grad_lower(lw, node, rms_norm_grad_phases); }
+static int xent_grad_lower(mtf_lowering *lw, int node) { return split_grad_lower(lw, node, xent_grad_phases); }
+/* elementwise: never split along a dim of its own */
+static int gelu_grad_lower(mtf_lowering *lw, int node) { return mtf_lower_local(lw, node, 0); }
 
 /* Floating-point operations per element of the op's first input, in any phase (exp and tanh count 1). */
 static int64_t softmax_grad_flops(const mtf_step *s) { return 4 * mtf_shape_num_elements(&s->in_shape[0]); }
@@ -356,15 +382,15 @@ static void gelu_grad_reference(const mtf_ref_args *a) {
 }
 
 const mtf_op_def mtf_op_softmax_grad = {"softmax_grad", MTF_DIM_IN_INPUT, pair_infer, softmax_grad_gradient,
-                                        grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
+                                        softmax_grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_log_softmax_grad = {"log_softmax_grad", MTF_DIM_IN_INPUT, pair_infer, log_softmax_grad_gradient,
-                                            grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
+                                            softmax_grad_lower, softmax_grad_flops, NULL, softmax_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_layer_norm_grad = {"layer_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                           grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
+                                           layer_norm_grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_rms_norm_grad = {"rms_norm_grad", MTF_DIM_IN_INPUT, pair_infer, norm_grad_gradient,
-                                         grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
+                                         rms_norm_grad_lower, norm_grad_flops, NULL, norm_grad_reference, 0, 0, 0, 0};
 const mtf_op_def mtf_op_softmax_xent_grad = {"softmax_cross_entropy_grad", MTF_DIM_IN_INPUT, xent_grad_infer,
-                                             xent_grad_gradient, grad_lower, xent_grad_flops, NULL,
+                                             xent_grad_gradient, xent_grad_lower, xent_grad_flops, NULL,
                                              xent_grad_reference, 0, mtf_op_reads_first_bf16, 1, 1};
 /* x, a product's result, and dy, the gradient a product computed (as autocast's backward products give it) */
 static int gelu_grad_reads_bf16(const mtf_node *n, int k) {
@@ -372,5 +398,5 @@ static int gelu_grad_reads_bf16(const mtf_node *n, int k) {
   return k < 2;
 }
 
-const mtf_op_def mtf_op_gelu_grad = {"gelu_grad", MTF_DIM_NONE, pair_infer, gelu_grad_gradient, grad_lower,
+const mtf_op_def mtf_op_gelu_grad = {"gelu_grad", MTF_DIM_NONE, pair_infer, gelu_grad_gradient, gelu_grad_lower,
                                      gelu_grad_flops, NULL, gelu_grad_reference, 0, gelu_grad_reads_bf16, 1, 1};

@@ -3,6 +3,7 @@
  * and hands each step to the file of its concern (emit_ops.c, emit_fused.c, emit_select.c,
  * emit_attention.c, emit_comm.c). Buffers are values, not memory: the memory planner's reuse of arena
  * offsets does not matter here, only which buffer a step reads and writes. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,18 +146,25 @@ static int layout_io(h_emitter *E, mtf_pjrt_module *m, int *param_of_buffer, int
   return MTF_OK;
 }
 
+static e_op_fn op_table[MTF_OP_COUNT];
+static pthread_once_t op_table_once = PTHREAD_ONCE_INIT;
+
+static void fill_op_table(void) {
+  e_ops_elementwise(op_table);
+  e_ops_fused(op_table);
+  e_ops_select(op_table);
+  e_ops_attention(op_table);
+}
+
 static int emit_step(h_emitter *E, const mtf_step *st) {
   if (st->kind != MTF_STEP_KERNEL) return e_collective(E, st);
   /* one program per step: nothing is skipped between runs, so no cast can rely on a copy an update wrote */
   if (st->bf16_copy || st->skip_when_copy_current)
     return e_fail(E, st, "a plan with bfloat16 weight copies (mtf_plan_options.bf16_weight_copies), which the "
                          "emitter does not compile: make pjrt plans without them");
-  int handled = 0;
-  MTF_CHECK(e_kernel_elementwise(E, st, &handled));
-  if (!handled) MTF_CHECK(e_kernel_fused(E, st, &handled));
-  if (!handled) MTF_CHECK(e_kernel_select(E, st, &handled));
-  if (!handled) MTF_CHECK(e_kernel_attention(E, st, &handled));
-  return handled ? MTF_OK : e_fail(E, st, "the emitter has no StableHLO for this op");
+  pthread_once(&op_table_once, fill_op_table);
+  e_op_fn emit = st->op >= 0 && st->op < MTF_OP_COUNT ? op_table[st->op] : NULL;
+  return emit ? emit(E, st) : e_fail(E, st, "the emitter has no StableHLO for this op");
 }
 
 static int emit_module(h_emitter *E, mtf_pjrt_module *m) {

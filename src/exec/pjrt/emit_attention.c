@@ -219,12 +219,12 @@ static int attention(h_emitter *E, const mtf_step *st, int grad) {
   return MTF_OK;
 }
 
-int e_kernel_attention(h_emitter *E, const mtf_step *st, int *handled) {
-  *handled = 1;
-  switch (st->op) {
-    case MTF_OP_ATTENTION: return attention(E, st, 0);
-    case MTF_OP_ATTENTION_GRAD: return attention(E, st, 1);
-    case MTF_OP_ATTENTION_BIAS_GRAD: return attention(E, st, 2);
-    default: *handled = 0; return MTF_OK;
-  }
+static int attention_forward(h_emitter *E, const mtf_step *st) { return attention(E, st, 0); }
+static int attention_grad(h_emitter *E, const mtf_step *st) { return attention(E, st, 1); }
+static int attention_bias_grad(h_emitter *E, const mtf_step *st) { return attention(E, st, 2); }
+
+void e_ops_attention(e_op_fn *table) {
+  table[MTF_OP_ATTENTION] = attention_forward;
+  table[MTF_OP_ATTENTION_GRAD] = attention_grad;
+  table[MTF_OP_ATTENTION_BIAS_GRAD] = attention_bias_grad;
 }

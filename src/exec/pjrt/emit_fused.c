@@ -288,19 +288,15 @@ static int xent_grad(h_emitter *E, const mtf_step *st) {
   return MTF_OK;
 }
 
-int e_kernel_fused(h_emitter *E, const mtf_step *st, int *handled) {
-  *handled = 1;
-  switch (st->op) {
-    case MTF_OP_SOFTMAX:
-    case MTF_OP_LOG_SOFTMAX: return softmax(E, st);
-    case MTF_OP_LAYER_NORM:
-    case MTF_OP_RMS_NORM: return norm(E, st);
-    case MTF_OP_SOFTMAX_XENT: return xent(E, st);
-    case MTF_OP_SOFTMAX_GRAD:
-    case MTF_OP_LOG_SOFTMAX_GRAD: return softmax_grad(E, st);
-    case MTF_OP_LAYER_NORM_GRAD:
-    case MTF_OP_RMS_NORM_GRAD: return norm_grad(E, st);
-    case MTF_OP_SOFTMAX_XENT_GRAD: return xent_grad(E, st);
-    default: *handled = 0; return MTF_OK;
-  }
+void e_ops_fused(e_op_fn *table) {
+  table[MTF_OP_SOFTMAX] = softmax;
+  table[MTF_OP_LOG_SOFTMAX] = softmax;
+  table[MTF_OP_LAYER_NORM] = norm;
+  table[MTF_OP_RMS_NORM] = norm;
+  table[MTF_OP_SOFTMAX_XENT] = xent;
+  table[MTF_OP_SOFTMAX_GRAD] = softmax_grad;
+  table[MTF_OP_LOG_SOFTMAX_GRAD] = softmax_grad;
+  table[MTF_OP_LAYER_NORM_GRAD] = norm_grad;
+  table[MTF_OP_RMS_NORM_GRAD] = norm_grad;
+  table[MTF_OP_SOFTMAX_XENT_GRAD] = xent_grad;
 }

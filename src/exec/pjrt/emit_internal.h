@@ -107,10 +107,13 @@ int e_uniform01(h_emitter *E, uint64_t seed, uint64_t key, int index);
 /* A unary function of the op table on x (f32), as the CPU kernel computes it (emit_ops.c). */
 int e_unary_fn(h_emitter *E, mtf_unary_kind fn, float alpha, float beta, int x);
 
-int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled); /* emit_ops.c */
-int e_kernel_fused(h_emitter *E, const mtf_step *st, int *handled);       /* emit_fused.c */
-int e_kernel_select(h_emitter *E, const mtf_step *st, int *handled);      /* emit_select.c */
-int e_kernel_attention(h_emitter *E, const mtf_step *st, int *handled);   /* emit_attention.c */
+/* The StableHLO of one kernel step (its result recorded by e_output): one per op kind, in an op-indexed table
+ * as the cpu and cuda backends' kernels are. Each file fills the entries of its ops. */
+typedef int (*e_op_fn)(h_emitter *E, const mtf_step *st);
+void e_ops_elementwise(e_op_fn *table); /* emit_ops.c */
+void e_ops_fused(e_op_fn *table);       /* emit_fused.c */
+void e_ops_select(e_op_fn *table);      /* emit_select.c */
+void e_ops_attention(e_op_fn *table);   /* emit_attention.c */
 int e_collective(h_emitter *E, const mtf_step *st);                       /* emit_comm.c */
 
 #endif

@@ -316,80 +316,126 @@ static int adafactor(h_emitter *E, const mtf_step *st) {
   return h_binop(E, "subtract", e_input(E, st, 0), h_binop(E, "multiply", h_broadcast_scalar(E, step, h_shape_of(xs)), u));
 }
 
-int e_kernel_elementwise(h_emitter *E, const mtf_step *st, int *handled) {
-  const mtf_shape *os = &st->out_shape;
-  h_shape s = h_shape_of(os);
-  int r = -1;
-  *handled = 1;
-  switch (st->op) {
-    case MTF_OP_CONSTANT: r = h_splat(E, st->params.constant.value, H_F32, s); break;
-    case MTF_OP_RANGE: {
-      int off = rank_offset(E, 0);
-      r = h_convert(E, h_binop(E, "add", h_iota(E, s, 0, H_S64), h_broadcast_scalar(E, off, s)), H_F32);
-      break;
-    }
-    case MTF_OP_BROADCAST: r = n_to(E, e_input(E, st, 0), &st->in_shape[0], os); break;
-    case MTF_OP_REDUCE_MAX: { /* NaN skipped; -inf when all are */
-      int x = e_input(E, st, 0);
-      x = h_select(E, h_compare(E, "NE", x, x), h_splat(E, -INFINITY, H_F32, h_t(E, x)->s), x);
-      r = n_reduce(E, x, &st->in_shape[0], os, "maximum", -INFINITY);
-      break;
-    }
-    case MTF_OP_BINARY:
-      r = binary(E, st->params.binary.fn, n_to(E, e_input(E, st, 0), &st->in_shape[0], os),
-                 n_to(E, e_input(E, st, 1), &st->in_shape[1], os));
-      break;
-    case MTF_OP_UNARY:
-      r = e_unary_fn(E, st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta, e_input(E, st, 0));
-      break;
-    case MTF_OP_ONE_HOT: {
-      int d = mtf_shape_index_of(os, st->params.along.dim);
-      int ids = n_to(E, h_as_index(E, e_input(E, st, 0)), &st->in_shape[0], os);
-      r = as_float01(E, h_compare(E, "EQ", ids, positions_along(E, os, d)));
-      break;
-    }
-    case MTF_OP_RANDOM_KEEP: r = random_keep(E, st); break;
-    case MTF_OP_EINSUM:
-      r = st->n_in == 1 ? n_reduce(E, e_input(E, st, 0), &st->in_shape[0], os, "add", 0.0) : einsum2(E, st);
-      break;
-    case MTF_OP_MASKED_FILL: {
-      int x = n_to(E, e_input(E, st, 0), &st->in_shape[0], os), m = n_to(E, e_input(E, st, 1), &st->in_shape[1], os);
-      r = h_select(E, h_compare(E, "NE", m, fconst(E, 0.0, m)), x, h_splat(E, st->params.fill.value, H_F32, s));
-      break;
-    }
-    case MTF_OP_GATHER: r = embedding(E, st, 0); break;
-    case MTF_OP_SCATTER_ADD: r = embedding(E, st, 1); break;
-    case MTF_OP_TAKE: {
-      const mtf_shape *xs = &st->in_shape[0];
-      int d = mtf_shape_index_of(xs, st->params.take.dim);
-      int64_t start[MTF_MAX_RANK], limit[MTF_MAX_RANK];
-      for (int i = 0; i < xs->rank; i++) start[i] = 0, limit[i] = xs->dims[i].size;
-      start[d] = st->params.take.index, limit[d] = start[d] + 1;
-      r = h_slice(E, e_input(E, st, 0), start, limit);
-      break;
-    }
-    case MTF_OP_TO_FLOAT: r = h_convert(E, e_input(E, st, 0), H_F32); break;
-    case MTF_OP_CAST: r = h_convert(E, e_input(E, st, 0), h_elem_of(st->params.cast.to)); break;
-    case MTF_OP_WHERE: {
-      int c = n_to(E, e_input(E, st, 0), &st->in_shape[0], os);
-      int a = n_to(E, e_input(E, st, 1), &st->in_shape[1], os), b = n_to(E, e_input(E, st, 2), &st->in_shape[2], os);
-      r = h_select(E, h_compare(E, "NE", c, h_splat(E, 0.0, h_t(E, c)->e, s)), a, b);
-      break;
-    }
-    case MTF_OP_MOVING_AVERAGE: r = moving_average(E, st); break;
-    case MTF_OP_ADAM_UPDATE: r = adam_update(E, st); break;
-    case MTF_OP_ADAFACTOR_UPDATE:
-    case MTF_OP_ADAFACTOR_SQUARES: r = adafactor(E, st); break;
-    case MTF_OP_WRITE_AT: {
-      int d = mtf_shape_index_of(os, st->params.along.dim);
-      int x = e_input(E, st, 0), v = n_to(E, e_input(E, st, 1), &st->in_shape[1], os);
-      int p = n_to(E, h_as_index(E, e_input(E, st, 2)), &st->in_shape[2], os);
-      r = h_select(E, h_compare(E, "EQ", p, positions_along(E, os, d)), v, x);
-      break;
-    }
-    case MTF_OP_GELU_GRAD: r = h_binop(E, "multiply", e_input(E, st, 1), gelu_grad(E, e_input(E, st, 0))); break;
-    default: *handled = 0; return MTF_OK;
-  }
+/* ---- one emitter per op kind (e_ops_elementwise fills their entries of the table) ---- */
+/* The step's result r recorded; every emitter of this file ends here. */
+static int out(h_emitter *E, const mtf_step *st, int r) {
   e_output(E, st, r);
   return MTF_OK;
+}
+
+static int op_constant(h_emitter *E, const mtf_step *st) {
+  return out(E, st, h_splat(E, st->params.constant.value, H_F32, h_shape_of(&st->out_shape)));
+}
+
+static int op_range(h_emitter *E, const mtf_step *st) {
+  h_shape s = h_shape_of(&st->out_shape);
+  int off = rank_offset(E, 0);
+  return out(E, st, h_convert(E, h_binop(E, "add", h_iota(E, s, 0, H_S64), h_broadcast_scalar(E, off, s)), H_F32));
+}
+
+static int op_broadcast(h_emitter *E, const mtf_step *st) {
+  return out(E, st, n_to(E, e_input(E, st, 0), &st->in_shape[0], &st->out_shape));
+}
+
+static int op_reduce_max(h_emitter *E, const mtf_step *st) { /* NaN skipped; -inf when all are */
+  int x = e_input(E, st, 0);
+  x = h_select(E, h_compare(E, "NE", x, x), h_splat(E, -INFINITY, H_F32, h_t(E, x)->s), x);
+  return out(E, st, n_reduce(E, x, &st->in_shape[0], &st->out_shape, "maximum", -INFINITY));
+}
+
+static int op_binary(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *os = &st->out_shape;
+  return out(E, st, binary(E, st->params.binary.fn, n_to(E, e_input(E, st, 0), &st->in_shape[0], os),
+                           n_to(E, e_input(E, st, 1), &st->in_shape[1], os)));
+}
+
+static int op_unary(h_emitter *E, const mtf_step *st) {
+  return out(E, st, e_unary_fn(E, st->params.unary.fn, st->params.unary.alpha, st->params.unary.beta, e_input(E, st, 0)));
+}
+
+static int op_one_hot(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *os = &st->out_shape;
+  int d = mtf_shape_index_of(os, st->params.along.dim);
+  int ids = n_to(E, h_as_index(E, e_input(E, st, 0)), &st->in_shape[0], os);
+  return out(E, st, as_float01(E, h_compare(E, "EQ", ids, positions_along(E, os, d))));
+}
+
+static int op_random_keep(h_emitter *E, const mtf_step *st) { return out(E, st, random_keep(E, st)); }
+
+static int op_einsum(h_emitter *E, const mtf_step *st) {
+  return out(E, st, st->n_in == 1 ? n_reduce(E, e_input(E, st, 0), &st->in_shape[0], &st->out_shape, "add", 0.0)
+                                  : einsum2(E, st));
+}
+
+static int op_masked_fill(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *os = &st->out_shape;
+  int x = n_to(E, e_input(E, st, 0), &st->in_shape[0], os), m = n_to(E, e_input(E, st, 1), &st->in_shape[1], os);
+  return out(E, st, h_select(E, h_compare(E, "NE", m, fconst(E, 0.0, m)), x,
+                             h_splat(E, st->params.fill.value, H_F32, h_shape_of(os))));
+}
+
+static int op_gather(h_emitter *E, const mtf_step *st) { return out(E, st, embedding(E, st, 0)); }
+static int op_scatter_add(h_emitter *E, const mtf_step *st) { return out(E, st, embedding(E, st, 1)); }
+
+static int op_take(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *xs = &st->in_shape[0];
+  int d = mtf_shape_index_of(xs, st->params.take.dim);
+  int64_t start[MTF_MAX_RANK], limit[MTF_MAX_RANK];
+  for (int i = 0; i < xs->rank; i++) start[i] = 0, limit[i] = xs->dims[i].size;
+  start[d] = st->params.take.index, limit[d] = start[d] + 1;
+  return out(E, st, h_slice(E, e_input(E, st, 0), start, limit));
+}
+
+static int op_to_float(h_emitter *E, const mtf_step *st) { return out(E, st, h_convert(E, e_input(E, st, 0), H_F32)); }
+
+static int op_cast(h_emitter *E, const mtf_step *st) {
+  return out(E, st, h_convert(E, e_input(E, st, 0), h_elem_of(st->params.cast.to)));
+}
+
+static int op_where(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *os = &st->out_shape;
+  int c = n_to(E, e_input(E, st, 0), &st->in_shape[0], os);
+  int a = n_to(E, e_input(E, st, 1), &st->in_shape[1], os), b = n_to(E, e_input(E, st, 2), &st->in_shape[2], os);
+  return out(E, st, h_select(E, h_compare(E, "NE", c, h_splat(E, 0.0, h_t(E, c)->e, h_shape_of(os))), a, b));
+}
+
+static int op_moving_average(h_emitter *E, const mtf_step *st) { return out(E, st, moving_average(E, st)); }
+static int op_adam_update(h_emitter *E, const mtf_step *st) { return out(E, st, adam_update(E, st)); }
+static int op_adafactor(h_emitter *E, const mtf_step *st) { return out(E, st, adafactor(E, st)); }
+
+static int op_write_at(h_emitter *E, const mtf_step *st) {
+  const mtf_shape *os = &st->out_shape;
+  int d = mtf_shape_index_of(os, st->params.along.dim);
+  int x = e_input(E, st, 0), v = n_to(E, e_input(E, st, 1), &st->in_shape[1], os);
+  int p = n_to(E, h_as_index(E, e_input(E, st, 2)), &st->in_shape[2], os);
+  return out(E, st, h_select(E, h_compare(E, "EQ", p, positions_along(E, os, d)), v, x));
+}
+
+static int op_gelu_grad(h_emitter *E, const mtf_step *st) {
+  return out(E, st, h_binop(E, "multiply", e_input(E, st, 1), gelu_grad(E, e_input(E, st, 0))));
+}
+
+void e_ops_elementwise(e_op_fn *table) {
+  table[MTF_OP_CONSTANT] = op_constant;
+  table[MTF_OP_RANGE] = op_range;
+  table[MTF_OP_BROADCAST] = op_broadcast;
+  table[MTF_OP_REDUCE_MAX] = op_reduce_max;
+  table[MTF_OP_BINARY] = op_binary;
+  table[MTF_OP_UNARY] = op_unary;
+  table[MTF_OP_ONE_HOT] = op_one_hot;
+  table[MTF_OP_RANDOM_KEEP] = op_random_keep;
+  table[MTF_OP_EINSUM] = op_einsum;
+  table[MTF_OP_MASKED_FILL] = op_masked_fill;
+  table[MTF_OP_GATHER] = op_gather;
+  table[MTF_OP_SCATTER_ADD] = op_scatter_add;
+  table[MTF_OP_TAKE] = op_take;
+  table[MTF_OP_TO_FLOAT] = op_to_float;
+  table[MTF_OP_CAST] = op_cast;
+  table[MTF_OP_WHERE] = op_where;
+  table[MTF_OP_MOVING_AVERAGE] = op_moving_average;
+  table[MTF_OP_ADAM_UPDATE] = op_adam_update;
+  table[MTF_OP_ADAFACTOR_UPDATE] = op_adafactor;
+  table[MTF_OP_ADAFACTOR_SQUARES] = op_adafactor;
+  table[MTF_OP_WRITE_AT] = op_write_at;
+  table[MTF_OP_GELU_GRAD] = op_gelu_grad;
 }

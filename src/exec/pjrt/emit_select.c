@@ -149,12 +149,8 @@ static int cumsum(h_emitter *E, const mtf_step *st) {
   return MTF_OK;
 }
 
-int e_kernel_select(h_emitter *E, const mtf_step *st, int *handled) {
-  *handled = 1;
-  switch (st->op) {
-    case MTF_OP_TOP_K:
-    case MTF_OP_TOP_K_INDICES: return top_k(E, st);
-    case MTF_OP_CUMSUM: return cumsum(E, st);
-    default: *handled = 0; return MTF_OK;
-  }
+void e_ops_select(e_op_fn *table) {
+  table[MTF_OP_TOP_K] = top_k;
+  table[MTF_OP_TOP_K_INDICES] = top_k;
+  table[MTF_OP_CUMSUM] = cumsum;
 }
