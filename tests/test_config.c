@@ -1,5 +1,6 @@
 /* The config reader: defaults, sections and keys, types and ranges, file:line:column messages, "did you
  * mean", --set overrides, the mesh in both spellings, and a README that documents every key. */
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -11,15 +12,64 @@ static int load(mtf_config *cfg, const char *text, mtf_error *err) {
   return rc ? rc : mtf_config_validate(cfg, err);
 }
 
+/* Every text of every enum key reads as its enum value (config.h's enums follow the schema's order of the
+ * choices) and prints back as the same text. */
+static void check_enum_choices(mtf_config *cfg) {
+  static const struct {
+    const char *key, *text;
+    int value;
+    size_t offset;
+  } cases[] = {
+#define C(key, text, value, field) {key, text, value, offsetof(mtf_config, field)}
+      C("model.architecture", "decoder", MTF_ARCHITECTURE_DECODER, model.architecture),
+      C("model.architecture", "encoder_decoder", MTF_ARCHITECTURE_ENCODER_DECODER, model.architecture),
+      C("model.norm", "rms", MTF_NORM_RMS, model.norm),
+      C("model.norm", "layer", MTF_NORM_LAYER, model.norm),
+      C("model.activation", "relu", MTF_ACTIVATION_RELU, model.activation),
+      C("model.activation", "gelu", MTF_ACTIVATION_GELU, model.activation),
+      C("model.activation", "swiglu", MTF_ACTIVATION_SWIGLU, model.activation),
+      C("model.activation", "geglu", MTF_ACTIVATION_GEGLU, model.activation),
+      C("model.position", "learned", MTF_POSITION_LEARNED, model.position),
+      C("model.position", "relative_bias", MTF_POSITION_RELATIVE_BIAS, model.position),
+      C("model.position", "rotary", MTF_POSITION_ROTARY, model.position),
+      C("model.position", "none", MTF_POSITION_NONE, model.position),
+      C("model.moe.gating", "top2", MTF_GATING_TOP2, model.moe.gating),
+      C("model.moe.gating", "switch", MTF_GATING_SWITCH, model.moe.gating),
+      C("train.allreduce_overlap", "auto", MTF_OVERLAP_AUTO, train.allreduce_overlap),
+      C("train.allreduce_overlap", "on", MTF_OVERLAP_ON, train.allreduce_overlap),
+      C("train.allreduce_overlap", "off", MTF_OVERLAP_OFF, train.allreduce_overlap),
+      C("train.recompute", "none", MTF_RECOMPUTE_NONE, train.recompute),
+      C("train.recompute", "block", MTF_RECOMPUTE_BLOCK, train.recompute),
+      C("backend.precision", "fp32", MTF_NUMBERS_FP32, precision),
+      C("backend.precision", "bf16", MTF_NUMBERS_BF16, precision),
+      C("backend.grad_reduce", "fp32", MTF_NUMBERS_FP32, grad_reduce),
+      C("backend.grad_reduce", "bf16", MTF_NUMBERS_BF16, grad_reduce),
+#undef C
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char assignment[128];
+    mtf_error err = {0};
+    mtf_config_defaults(cfg);
+    snprintf(assignment, sizeof assignment, "%s=%s", cases[i].key, cases[i].text);
+    int ok = mtf_config_set(cfg, assignment, &err) == MTF_OK;
+    int value = *(const int *)((const char *)cfg + cases[i].offset);
+    if (!ok || value != cases[i].value || strcmp(mtf_config_choice_text(cases[i].key, value), cases[i].text) != 0)
+      fprintf(stderr, "%s: read as %d (expected %d), prints '%s' %s\n", assignment, value, cases[i].value,
+              mtf_config_choice_text(cases[i].key, value), err.msg);
+    CHECK(ok && value == cases[i].value && strcmp(mtf_config_choice_text(cases[i].key, value), cases[i].text) == 0);
+  }
+}
+
 int main(int argc, char **argv) {
   mtf_config *cfg = calloc(1, sizeof *cfg);
   mtf_error err;
   CHECK(load(cfg, "model:\n  d_model: 128\n  norm: layer\nmesh:\n  shape: {b: 2, m: 4}\n  layout: \"batch:b;d_ff:m\"\n"
                   "train: {batch: 32, learning_rate: 3e-4, optimizer: adamw}\nrun: {dir: /tmp/x}\n", &err) == MTF_OK);
-  CHECK(cfg->model.d_model == 128 && strcmp(cfg->model.norm, "layer") == 0 && cfg->model.d_ff == 256);
+  CHECK(cfg->model.d_model == 128 && cfg->model.norm == MTF_NORM_LAYER && cfg->model.d_ff == 256);
   CHECK(cfg->mesh_shape.rank == 2 && cfg->mesh_shape.dims[1].size == 4 && cfg->layout.count == 2);
   CHECK(cfg->train.batch == 32 && cfg->train.learning_rate == 3e-4 && strcmp(cfg->train.optimizer, "adamw") == 0);
   CHECK(load(cfg, "mesh: {shape: \"b:2;m:2\"}\n", &err) == MTF_OK && cfg->mesh_shape.rank == 2);
+  check_enum_choices(cfg);
 
   CHECK(load(cfg, "model:\n  d_modle: 3\n", &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "test.yaml:2:3: model.d_modle: unknown key; did you mean 'model.d_model'?");

@@ -33,7 +33,7 @@ static int plan_option(void *ctx, int opt, const char *value) {
 static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf_plan_stats *stats) {
   if (stats->allreduce_buckets == 0) {
     printf("gradient allreduce: not bucketed (%s)\n",
-           strcmp(cfg->train.allreduce_overlap, "off") == 0 ? "train.allreduce_overlap is off: one blocking allreduce each"
+           cfg->train.allreduce_overlap == MTF_OVERLAP_OFF ? "train.allreduce_overlap is off: one blocking allreduce each"
            : cfg->train.allreduce_bucket_mb > 0             ? "no weight gradient is summed over a mesh axis"
                                                             : "train.allreduce_bucket_mb is 0: one blocking allreduce each");
     return;
@@ -52,7 +52,7 @@ static void print_buckets(const mtf_config *cfg, const mtf_plan *plan, const mtf
     if (bytes >= 1048576.0) printf(" %.2f MiB", bytes / 1048576.0);
     else printf(" %.1f KiB", bytes / 1024.0);
   }
-  if (strcmp(cfg->grad_reduce, "bf16") == 0) printf(" (sent as bf16: backend.grad_reduce)");
+  if (cfg->grad_reduce == MTF_NUMBERS_BF16) printf(" (sent as bf16: backend.grad_reduce)");
   printf("\n");
   if (mtf_run_overlap_by_placement(cfg))
     printf("gradient allreduce: blocking instead, one each, where every rank of the job runs on one node "
@@ -109,7 +109,7 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   }
   if (json) {
     printf("\n], \"parameter_count\": %lld, \"microbatches\": %d, \"recompute\": \"%s\",\n",
-           (long long)p->train_model.param_count, N, cfg->train.recompute);
+           (long long)p->train_model.param_count, N, mtf_config_choice_text("train.recompute", (int)cfg->train.recompute));
     printf(" \"per_rank_bytes\": {\"parameters\": %lld, \"optimizer_state\": %lld, \"gradient_accumulators\": %lld, "
            "\"activations_peak\": %lld, \"train_arena\": %lld, \"apply_arena\": %lld, \"eval_arena\": %lld, "
            "\"inputs\": %lld, \"host_buffers\": %lld, \"runtime\": %lld, \"allreduce_scratch\": %lld, "
@@ -140,7 +140,7 @@ static void print_plan(const mtf_config *cfg, const mtf_program *p, int json) {
   printf("\nmodel: %lld parameters (%s)\n", (long long)p->train_model.param_count, count);
   printf("step: batch %lld", (long long)cfg->train.batch);
   if (N > 1) printf(" in %d microbatches of %lld (gradients accumulated)", N, (long long)(cfg->train.batch / N));
-  printf(", recompute %s\n", cfg->train.recompute);
+  printf(", recompute %s\n", mtf_config_choice_text("train.recompute", (int)cfg->train.recompute));
   printf("per rank: parameters %.2f MiB, optimizer state %.2f MiB, ", mem.parameters / MiB, mem.optimizer_state / MiB);
   if (N > 1) printf("gradient accumulators %.2f MiB, ", mem.accumulators / MiB);
   printf("activations (planned peak) %.2f MiB, total %.2f MiB\n", activations / MiB, training / MiB);

@@ -14,7 +14,18 @@
 #include "mtf.h"
 
 /* KEY_BACKEND: a backend kind, which must be built in (mtf_backend_check). */
-typedef enum key_type { KEY_INT, KEY_FLOAT, KEY_BOOL, KEY_TEXT, KEY_CHOICE, KEY_MESH, KEY_PATH, KEY_BACKEND } key_type;
+/* KEY_CHOICE keeps the text; KEY_ENUM stores the choice's position in `choices` as an int (config.h's enums). */
+typedef enum key_type {
+  KEY_INT,
+  KEY_FLOAT,
+  KEY_BOOL,
+  KEY_TEXT,
+  KEY_CHOICE,
+  KEY_ENUM,
+  KEY_MESH,
+  KEY_PATH,
+  KEY_BACKEND
+} key_type;
 
 typedef struct key_spec {
   const char *path; /* section.key */
@@ -37,7 +48,7 @@ static const key_spec schema[] = {
     {"model.d_kv", KEY_INT, F(model.d_kv), "16", 1, 1 << 16, NULL, "width of each head's keys, queries, values"},
     {"model.layers", KEY_INT, F(model.layers), "2", 1, 1000, NULL, "transformer layers"},
     {"model.length", KEY_INT, F(model.length), "64", 1, 1 << 20, NULL, "sequence length (tokens per example)"},
-    {"model.architecture", KEY_CHOICE, F(model.architecture), "decoder", 0, 0, "decoder|encoder_decoder",
+    {"model.architecture", KEY_ENUM, F(model.architecture), "decoder", 0, 0, "decoder|encoder_decoder",
      "decoder: the decoder-only language model; encoder_decoder: a bidirectional encoder over the prompt and a causal "
      "decoder with cross-attention over the answer (T5)"},
     {"model.encoder_layers", KEY_INT, F(model.encoder_layers), "0", 0, 1000, NULL,
@@ -46,15 +57,15 @@ static const key_spec schema[] = {
      "encoder_decoder: decoder layers (0 = model.layers)"},
     {"model.shared_embeddings", KEY_BOOL, F(model.shared_embeddings), "true", 0, 1, NULL,
      "encoder_decoder: encoder and decoder share embed/wte (false: encoder/embed/wte of their own)"},
-    {"model.norm", KEY_CHOICE, F(model.norm), "rms", 0, 0, "rms|layer", "normalisation"},
-    {"model.activation", KEY_CHOICE, F(model.activation), "gelu", 0, 0, "relu|gelu|swiglu|geglu",
+    {"model.norm", KEY_ENUM, F(model.norm), "rms", 0, 0, "rms|layer", "normalisation"},
+    {"model.activation", KEY_ENUM, F(model.activation), "gelu", 0, 0, "relu|gelu|swiglu|geglu",
      "feed-forward activation; swiglu and geglu are gated (two input projections wi_0, wi_1)"},
     {"model.tie_embeddings", KEY_BOOL, F(model.tie_embeddings), "true", 0, 1, NULL,
      "logits from the embedding (scaled by d_model^-0.5) instead of a separate [d_model, vocab]"},
     {"model.dropout", KEY_FLOAT, F(model.dropout), "0.0", 0, 0.99, NULL, "dropout rate in training"},
     {"model.kv_heads", KEY_INT, F(model.kv_heads), "0", 0, 1 << 16, NULL,
      "key/value heads (0 = model.heads); 1 = multi-query, between = grouped: heads/kv_heads queries share each"},
-    {"model.position", KEY_CHOICE, F(model.position), "learned", 0, 0, "learned|relative_bias|rotary|none",
+    {"model.position", KEY_ENUM, F(model.position), "learned", 0, 0, "learned|relative_bias|rotary|none",
      "position signal: learned embedding wpe, T5 relative bias on the logits, rotary q and k, or none"},
     {"model.relative_num_buckets", KEY_INT, F(model.relative_num_buckets), "32", 2, 1 << 16, NULL,
      "relative_bias: buckets of relative distance (T5's num_buckets)"},
@@ -68,7 +79,7 @@ static const key_spec schema[] = {
      "experts of each mixture-of-experts layer (0 = no MoE: every feed-forward layer dense)"},
     {"model.moe.every", KEY_INT, F(model.moe.every), "2", 1, 1000, NULL,
      "every every-th layer's feed-forward is MoE (layers every-1, 2*every-1, ...; 1 = all)"},
-    {"model.moe.gating", KEY_CHOICE, F(model.moe.gating), "top2", 0, 0, "top2|switch",
+    {"model.moe.gating", KEY_ENUM, F(model.moe.gating), "top2", 0, 0, "top2|switch",
      "router: top2 (two experts, gates renormalised) or switch (the top expert alone)"},
     {"model.moe.capacity_factor", KEY_FLOAT, F(model.moe.capacity_factor), "1.25", -1e6, 1e6, NULL,
      "training capacity: each expert takes ceil(group_size * k * capacity_factor / experts) tokens of a group"},
@@ -108,13 +119,13 @@ static const key_spec schema[] = {
     {"train.eval_batches", KEY_INT, F(train.eval_batches), "4", 1, BIG, NULL, "batches per evaluation"},
     {"train.allreduce_bucket_mb", KEY_FLOAT, F(train.allreduce_bucket_mb), "4", 0, 1024, NULL,
      "MiB of weight gradients per non-blocking allreduce, overlapped with the backward pass (0 = blocking, one each)"},
-    {"train.allreduce_overlap", KEY_CHOICE, F(train.allreduce_overlap), "auto", 0, 0, "auto|on|off",
+    {"train.allreduce_overlap", KEY_ENUM, F(train.allreduce_overlap), "auto", 0, 0, "auto|on|off",
      "on: the gradient buckets above; off: one blocking allreduce per gradient; auto: off on the cpu backend when "
      "every rank runs on one node (MPI's shared-memory copies then run on the ranks' own cores, and the "
      "non-blocking ones measured slower), on otherwise and with grad_reduce bf16"},
     {"train.microbatches", KEY_INT, F(train.microbatches), "1", 1, 1 << 24, NULL,
      "forward+backward passes per step over train.batch / microbatches sequences each, gradients accumulated"},
-    {"train.recompute", KEY_CHOICE, F(train.recompute), "none", 0, 0, "none|block",
+    {"train.recompute", KEY_ENUM, F(train.recompute), "none", 0, 0, "none|block",
      "block: the backward pass recomputes each transformer block's activations instead of keeping them"},
     {"train.label_smoothing", KEY_FLOAT, F(model.label_smoothing), "0.0", 0, 1, NULL,
      "eps in [0, 1): the training loss is (1-eps) * cross-entropy + eps * mean over vocab of -log_softmax"},
@@ -138,14 +149,14 @@ static const key_spec schema[] = {
     {"backend.device", KEY_INT, F(device), "-1", -1, 4096, NULL,
      "cuda: the GPU of every rank; -1 = the rank's local rank (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID) modulo the GPUs"},
     {"backend.tf32", KEY_BOOL, F(tf32), "false", 0, 1, NULL, "cuda: fp32 einsums may use TF32 tensor cores"},
-    {"backend.precision", KEY_CHOICE, F(precision), "fp32", 0, 0, "fp32|bf16",
+    {"backend.precision", KEY_ENUM, F(precision), "fp32", 0, 0, "fp32|bf16",
      "fp32: everything in float32. bf16: the model's matmuls (einsums, attention's products) take bfloat16 "
      "operands (activations and a bf16 copy of each weight: on cpu and cuda written by the optimizer's update, on "
      "pjrt made once per step) with fp32 accumulation; the activations only products read are also stored as bf16 (half "
      "the memory); parameters, optimizer "
      "slots, checkpoints, gradients of weights and their allreduces, the residual stream, norm and softmax "
      "statistics and the loss stay fp32 (cpu: oneDNN, AMX or AVX512-BF16 where the CPU has them)"},
-    {"backend.grad_reduce", KEY_CHOICE, F(grad_reduce), "fp32", 0, 0, "fp32|bf16",
+    {"backend.grad_reduce", KEY_ENUM, F(grad_reduce), "fp32", 0, 0, "fp32|bf16",
      "what the bucketed gradient allreduces (train.allreduce_bucket_mb) send: fp32, or bf16 for half the bytes "
      "(each bucket cast to bf16, summed so, cast back into the fp32 gradients; the sum rounds at every hop)"},
     {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
@@ -174,6 +185,27 @@ static const key_spec *find_key(const char *path) {
   for (size_t i = 0; i < KEYS; i++)
     if (strcmp(schema[i].path, path) == 0) return &schema[i];
   return NULL;
+}
+
+/* Choice `index` of a KEY_ENUM key's choices ("a|b|c"), in a buffer per thread; "?" past the end. */
+static const char *choice_text(const key_spec *spec, int index) {
+  static _Thread_local char text[MTF_CONFIG_TEXT];
+  const char *c = spec->choices;
+  for (int i = 0; c && *c; i++) {
+    const char *bar = strchr(c, '|');
+    size_t n = bar ? (size_t)(bar - c) : strlen(c);
+    if (i == index) {
+      snprintf(text, sizeof text, "%.*s", (int)n, c);
+      return text;
+    }
+    c = bar ? bar + 1 : NULL;
+  }
+  return "?";
+}
+
+const char *mtf_config_choice_text(const char *key, int value) {
+  const key_spec *spec = find_key(key);
+  return spec && spec->type == KEY_ENUM ? choice_text(spec, value) : "?";
 }
 
 /* Decodes one UTF-8 character at s (n bytes left) into *cp; returns its length, or 0 when the bytes are
@@ -277,14 +309,16 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
       else
         return mtf_error_set(err, MTF_ERR_PARSE, "%s%s: '%s' is not true or false", where, spec->path, text);
       return MTF_OK;
-    case KEY_CHOICE: {
+    case KEY_CHOICE:
+    case KEY_ENUM: {
       size_t len = strlen(text);
       const char *c = spec->choices;
-      while (c && *c) {
+      for (int index = 0; c && *c; index++) {
         const char *bar = strchr(c, '|');
         size_t n = bar ? (size_t)(bar - c) : strlen(c);
         if (n == len && strncmp(c, text, n) == 0) {
-          snprintf(field, MTF_CONFIG_TEXT, "%s", text);
+          if (spec->type == KEY_ENUM) *(int *)field = index;
+          else snprintf(field, MTF_CONFIG_TEXT, "%s", text);
           return MTF_OK;
         }
         c = bar ? bar + 1 : NULL;
@@ -527,8 +561,9 @@ static int check_moe(const mtf_config *cfg, const char *src, mtf_error *err) {
 
 /* The experts of an MoE layer have one input projection: a gated activation would need two. */
 static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
-  const char *act = cfg->model.activation;
-  if (cfg->model.moe.experts > 0 && (!strcmp(act, "swiglu") || !strcmp(act, "geglu")))
+  const char *act = mtf_config_choice_text("model.activation", (int)cfg->model.activation);
+  if (cfg->model.moe.experts > 0 &&
+      (cfg->model.activation == MTF_ACTIVATION_SWIGLU || cfg->model.activation == MTF_ACTIVATION_GEGLU))
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.activation '%s' is gated, which the mixture-of-experts layers "
                          "(model.moe.experts %lld) do not support: use relu or gelu with MoE, or set model.moe.experts: 0",
                          src, act, (long long)cfg->model.moe.experts);
@@ -538,13 +573,14 @@ static int check_gated(const mtf_config *cfg, const char *src, mtf_error *err) {
 /* The encoder-decoder's keys against the architecture and what it does not support. */
 static int check_architecture(const mtf_config *cfg, const char *src, mtf_error *err) {
   const mtf_model_config *m = &cfg->model;
-  if (strcmp(m->architecture, "encoder_decoder") != 0) {
+  if (m->architecture != MTF_ARCHITECTURE_ENCODER_DECODER) {
     const char *key = m->encoder_layers ? "model.encoder_layers" : m->decoder_layers ? "model.decoder_layers"
                       : !m->shared_embeddings ? "model.shared_embeddings" : NULL;
     if (key)
       return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set, but model.architecture is '%s': it applies to "
                            "model.architecture: encoder_decoder only (the decoder-only model has model.layers "
-                           "layers); set the architecture or drop the key", src, key, m->architecture);
+                           "layers); set the architecture or drop the key", src, key,
+                           mtf_config_choice_text("model.architecture", (int)m->architecture));
     return MTF_OK;
   }
   if (m->moe.experts > 0)
@@ -585,11 +621,11 @@ static int check_attention(mtf_config *cfg, const char *src, mtf_error *err) {
                          "are then replicated on every rank of '%s' while heads stay split: the multi-query way), or "
                          "use kv_heads divisible by %s's size %lld", src, (long long)m->kv_heads, axis,
                          (long long)split, axis, axis, axis, (long long)split);
-  if (!strcmp(m->position, "rotary") && m->d_kv % 2 != 0)
+  if (m->position == MTF_POSITION_ROTARY && m->d_kv % 2 != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.position rotary rotates pairs of key/query components, so "
                          "model.d_kv must be even (it is %lld): use d_kv %lld or %lld", src, (long long)m->d_kv,
                          (long long)(m->d_kv - 1), (long long)(m->d_kv + 1));
-  if (!strcmp(m->position, "relative_bias")) {
+  if (m->position == MTF_POSITION_RELATIVE_BIAS) {
     if (m->relative_max_distance <= m->relative_num_buckets / 2)
       return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.relative_max_distance (%lld) must be above half of "
                            "model.relative_num_buckets (%lld): the first half of the buckets are exact distances, "
@@ -630,16 +666,16 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: %s is set but backend.kind is '%s': it only applies to backend.kind "
                          "cuda (set that, or remove the key)", src, cfg->tf32 ? "backend.tf32" : "backend.device",
                          cfg->backend);
-  cfg->model.bf16_matmuls = strcmp(cfg->precision, "bf16") == 0;
-  if (strcmp(cfg->grad_reduce, "bf16") == 0 && cfg->train.allreduce_bucket_mb <= 0)
+  cfg->model.bf16_matmuls = cfg->precision == MTF_NUMBERS_BF16;
+  if (cfg->grad_reduce == MTF_NUMBERS_BF16 && cfg->train.allreduce_bucket_mb <= 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
                          "but train.allreduce_bucket_mb is 0 (no buckets): set it above 0 (4 is the default), or "
                          "grad_reduce: fp32", src);
-  if (strcmp(cfg->grad_reduce, "bf16") == 0 && strcmp(cfg->train.allreduce_overlap, "off") == 0)
+  if (cfg->grad_reduce == MTF_NUMBERS_BF16 && cfg->train.allreduce_overlap == MTF_OVERLAP_OFF)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 sends the gradient buckets in bfloat16, "
                          "but train.allreduce_overlap is off (no buckets): set it to auto or on, or grad_reduce: fp32",
                          src);
-  if (strcmp(cfg->grad_reduce, "bf16") == 0 && !caps->bf16_grad_reduce)
+  if (cfg->grad_reduce == MTF_NUMBERS_BF16 && !caps->bf16_grad_reduce)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the %s backend "
                          "(it sums gradients in fp32): use grad_reduce: fp32", src, cfg->backend);
   /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
@@ -678,6 +714,7 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
       case KEY_BOOL: fprintf(out, "%s", *(const int *)field ? "true" : "false"); break;
       case KEY_CHOICE:
       case KEY_BACKEND: fprintf(out, "%s", field); break;
+      case KEY_ENUM: fprintf(out, "%s", choice_text(spec, *(const int *)field)); break;
       case KEY_TEXT:
       case KEY_PATH: print_quoted(out, field); break;
       case KEY_MESH: {

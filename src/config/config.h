@@ -17,29 +17,51 @@
 #define MTF_CONFIG_TEXT 256
 #define MTF_CONFIG_PATH 512
 
+/* YAML choices that code branches on, read as enums (config.c's KEY_ENUM keys; each enum lists its values in
+ * the order of the key's choices there, which tests/test_config.c checks text by text). */
+typedef enum mtf_norm_kind { MTF_NORM_RMS, MTF_NORM_LAYER } mtf_norm_kind;
+typedef enum mtf_activation_kind {
+  MTF_ACTIVATION_RELU,
+  MTF_ACTIVATION_GELU,
+  MTF_ACTIVATION_SWIGLU,
+  MTF_ACTIVATION_GEGLU
+} mtf_activation_kind;
+typedef enum mtf_position_kind {
+  MTF_POSITION_LEARNED,
+  MTF_POSITION_RELATIVE_BIAS,
+  MTF_POSITION_ROTARY,
+  MTF_POSITION_NONE
+} mtf_position_kind;
+typedef enum mtf_gating_kind { MTF_GATING_TOP2, MTF_GATING_SWITCH } mtf_gating_kind;
+typedef enum mtf_architecture_kind { MTF_ARCHITECTURE_DECODER, MTF_ARCHITECTURE_ENCODER_DECODER } mtf_architecture_kind;
+typedef enum mtf_overlap_kind { MTF_OVERLAP_AUTO, MTF_OVERLAP_ON, MTF_OVERLAP_OFF } mtf_overlap_kind;
+typedef enum mtf_recompute_kind { MTF_RECOMPUTE_NONE, MTF_RECOMPUTE_BLOCK } mtf_recompute_kind;
+/* backend.precision and backend.grad_reduce */
+typedef enum mtf_number_kind { MTF_NUMBERS_FP32, MTF_NUMBERS_BF16 } mtf_number_kind;
+
 typedef struct mtf_model_config {
   int64_t vocab, d_model, d_ff, heads, d_kv, layers, length;
-  char norm[MTF_CONFIG_TEXT];       /* rms | layer */
-  char activation[MTF_CONFIG_TEXT]; /* relu | gelu | swiglu | geglu (gated: wi_0, wi_1) */
+  mtf_norm_kind norm;               /* rms | layer */
+  mtf_activation_kind activation;   /* relu | gelu | swiglu | geglu (gated: wi_0, wi_1) */
   int tie_embeddings;
   double dropout, z_loss;
   int fused_attention;              /* attention as one fused op (ops/attention.c) */
   int bf16_matmuls;                 /* backend.precision bf16 (validation sets it): the model's einsums take
                                      * bfloat16 operands (mtf_graph_set_matmul_dtype) */
   int64_t kv_heads;                 /* key/value heads (validation sets 0 to heads); divides heads */
-  char position[MTF_CONFIG_TEXT];   /* learned | relative_bias | rotary | none (model/position.h) */
+  mtf_position_kind position;       /* learned | relative_bias | rotary | none (model/position.h) */
   int64_t relative_num_buckets, relative_max_distance; /* relative_bias: T5's bucketing */
   struct mtf_moe_config {           /* model.moe: mixture-of-experts feed-forward layers (model/moe.h) */
     int64_t experts;                /* 0: every layer dense */
     int64_t every;                  /* layers every-1, 2*every-1, ... are MoE */
-    char gating[MTF_CONFIG_TEXT];   /* top2 | switch */
+    mtf_gating_kind gating;         /* top2 | switch */
     double capacity_factor, eval_capacity_factor;
     int64_t group_size;             /* tokens routed together; 0 = model.length */
     double aux_loss, router_z_loss; /* loss weights */
     int dropless;                   /* capacity for every token (no drops) in training too */
   } moe;
   double label_smoothing;           /* train.label_smoothing: set here because the model builds the loss */
-  char architecture[MTF_CONFIG_TEXT]; /* decoder | encoder_decoder (model/encoder_decoder.h) */
+  mtf_architecture_kind architecture; /* decoder | encoder_decoder (model/encoder_decoder.h) */
   int64_t encoder_layers, decoder_layers; /* encoder_decoder only; 0 = model.layers */
   int shared_embeddings;            /* encoder_decoder: one embed/wte for encoder, decoder (and tied output) */
   /* data.pack (none | eot | segments) and train.loss_skip_document_start: set here because the model
@@ -57,9 +79,9 @@ typedef struct mtf_train_config {
   double clip_grad_norm, weight_decay, beta1, beta2, momentum;
   int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;
   double allreduce_bucket_mb; /* gradient bucket size; 0 = a blocking allreduce per gradient */
-  char allreduce_overlap[MTF_CONFIG_TEXT]; /* auto | on | off: the buckets overlapped, or blocking allreduces */
+  mtf_overlap_kind allreduce_overlap; /* auto | on | off: the buckets overlapped, or blocking allreduces */
   int64_t microbatches;            /* gradient accumulation: forward+backward passes per step (divides batch) */
-  char recompute[MTF_CONFIG_TEXT]; /* none | block: recompute each transformer block in the backward pass */
+  mtf_recompute_kind recompute;    /* none | block: recompute each transformer block in the backward pass */
 } mtf_train_config;
 
 typedef struct mtf_config {
@@ -79,10 +101,13 @@ typedef struct mtf_config {
   double peak_gflops;            /* backend.peak_gflops: per-rank peak for MFU; 0 = measured at start-up */
   int64_t device;                /* backend.device: cuda GPU ordinal; -1 = from the rank's local rank */
   int tf32;                      /* backend.tf32: cuda fp32 GEMMs may use TF32 tensor cores */
-  char precision[MTF_CONFIG_TEXT]; /* backend.precision: fp32 | bf16 (the model's matmul operands) */
-  char grad_reduce[MTF_CONFIG_TEXT]; /* backend.grad_reduce: fp32 | bf16 (the gradient buckets on the wire) */
+  mtf_number_kind precision;     /* backend.precision: fp32 | bf16 (the model's matmul operands) */
+  mtf_number_kind grad_reduce;   /* backend.grad_reduce: fp32 | bf16 (the gradient buckets on the wire) */
   char comm[MTF_CONFIG_TEXT];    /* backend.comm: auto|nccl|mpi, the collectives on device memory */
 } mtf_config;
+
+/* The text of an enum key's value (e.g. "model.activation", MTF_ACTIVATION_GELU -> "gelu"), for messages. */
+const char *mtf_config_choice_text(const char *key, int value);
 
 /* Defaults for every key. */
 void mtf_config_defaults(mtf_config *cfg);

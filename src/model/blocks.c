@@ -51,7 +51,7 @@ mtf_tensor mtf_model_norm(mtf_model_builder *b, mtf_tensor x, const char *prefix
   mtf_shape d = mtf_model_shape("d_model:%lld", (long long)b->m->d_model);
   snprintf(name, sizeof name, "%s/norm_scale", prefix);
   mtf_tensor scale = mtf_model_param(b, name, &d, MTF_INIT_ONES, 1.0f);
-  if (strcmp(b->m->norm, "layer") == 0) {
+  if (b->m->norm == MTF_NORM_LAYER) {
     snprintf(name, sizeof name, "%s/norm_bias", prefix);
     return mtf_layer_norm(b->g, x, "d_model", scale, mtf_model_param(b, name, &d, MTF_INIT_ZEROS, 0.0f), 1e-6f);
   }
@@ -77,13 +77,13 @@ mtf_tensor mtf_model_feed_forward(mtf_model_builder *b, mtf_tensor x, const char
     snprintf(name, sizeof name, "%s/wi_1", prefix);
     mtf_tensor wi_1 = mtf_model_param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
     mtf_tensor gate = mtf_einsum2(g, h, wi_0, &hidden), linear = mtf_einsum2(g, h, wi_1, &hidden);
-    gate = strcmp(m->activation, "swiglu") == 0 ? mtf_swish(g, gate) : mtf_gelu(g, gate);
+    gate = m->activation == MTF_ACTIVATION_SWIGLU ? mtf_swish(g, gate) : mtf_gelu(g, gate);
     act = mtf_multiply(g, gate, linear);
   } else {
     snprintf(name, sizeof name, "%s/wi", prefix);
     mtf_tensor wi = mtf_model_param(b, name, &wi_shape, MTF_INIT_NORMAL, in_scale);
     mtf_tensor pre = mtf_einsum2(g, h, wi, &hidden);
-    act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
+    act = m->activation == MTF_ACTIVATION_RELU ? mtf_relu(g, pre) : mtf_gelu(g, pre);
   }
   /* Made after the input projections: variables keep the order of earlier versions (checkpoints list them,
    * and a restore reports the first that differs). */

@@ -19,7 +19,7 @@ typedef struct builder {
   mtf_tensor attend;             /* DECODE: [memory_length, batch], 1 where memory position <= the row's */
 } builder;
 
-int mtf_is_encoder_decoder(const mtf_model_config *m) { return strcmp(m->architecture, "encoder_decoder") == 0; }
+int mtf_is_encoder_decoder(const mtf_model_config *m) { return m->architecture == MTF_ARCHITECTURE_ENCODER_DECODER; }
 int64_t mtf_encoder_layers(const mtf_model_config *m) { return m->encoder_layers > 0 ? m->encoder_layers : m->layers; }
 int64_t mtf_decoder_layers(const mtf_model_config *m) { return m->decoder_layers > 0 ? m->decoder_layers : m->layers; }
 
@@ -42,7 +42,7 @@ static mtf_tensor attention(builder *b, mtf_tensor x, const char *prefix, const 
 static mtf_tensor embed(builder *b, mtf_tensor wte, mtf_tensor tokens, const char *stack) {
   char name[96];
   mtf_tensor x = mtf_gather(b->base.g, wte, tokens, "vocab");
-  if (strcmp(b->base.m->position, "learned") == 0) {
+  if (b->base.m->position == MTF_POSITION_LEARNED) {
     mtf_shape positions = mtf_model_shape("length:%lld,d_model:%lld", (long long)b->base.m->length,
                                           (long long)b->base.m->d_model);
     snprintf(name, sizeof name, "%s/embed/wpe", stack);
@@ -60,8 +60,8 @@ static mtf_attention_options self_attention(builder *b, const char *stack, int b
   mtf_graph *g = b->base.g;
   mtf_attention_options options = mtf_attention_defaults();
   options.bidirectional = bidirectional;
-  options.rotary = strcmp(m->position, "rotary") == 0;
-  if (strcmp(m->position, "relative_bias") == 0) {
+  options.rotary = m->position == MTF_POSITION_ROTARY;
+  if (m->position == MTF_POSITION_RELATIVE_BIAS) {
     char name[96];
     snprintf(name, sizeof name, "%s/relative_bias", stack);
     mtf_dim query = mtf_dim_make("length", m->length);
@@ -100,7 +100,7 @@ static mtf_tensor decode_embed(builder *b, mtf_tensor wte) {
                                        &rows);
   b->attend = mtf_less_equal(g, memory_index, position);
   mtf_tensor x = mtf_gather(g, wte, b->base.t->tokens, "vocab");
-  if (strcmp(m->position, "learned") != 0) return x;
+  if (m->position != MTF_POSITION_LEARNED) return x;
   mtf_shape positions = mtf_model_shape("length:%lld,d_model:%lld", (long long)m->length, (long long)m->d_model);
   mtf_tensor wpe = mtf_model_param(&b->base, "decoder/embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f);
   return mtf_add(g, x, mtf_gather(g, wpe, b->base.t->positions, "length"));

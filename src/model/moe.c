@@ -16,7 +16,7 @@ int mtf_moe_layers(const mtf_model_config *m) {
   return n;
 }
 
-int mtf_moe_k(const mtf_model_config *m) { return strcmp(m->moe.gating, "switch") == 0 ? 1 : 2; }
+int mtf_moe_k(const mtf_model_config *m) { return m->moe.gating == MTF_GATING_SWITCH ? 1 : 2; }
 
 int64_t mtf_moe_group_size(const mtf_model_config *m) { return m->moe.group_size > 0 ? m->moe.group_size : m->length; }
 
@@ -107,7 +107,7 @@ mtf_moe_layer mtf_moe_feed_forward(mtf_graph *g, const mtf_model_config *m, mtf_
   snprintf(name, sizeof name, "layer_%03d/moe/wo", layer);
   mtf_tensor wo = param(ctx, name, &wo_shape, MTF_INIT_NORMAL, 1.0f / sqrtf((float)d_ff.size));
   mtf_tensor pre = mtf_einsum2(g, expert_in, wi, &hidden_shape);
-  mtf_tensor act = strcmp(m->activation, "relu") == 0 ? mtf_relu(g, pre) : mtf_gelu(g, pre);
+  mtf_tensor act = m->activation == MTF_ACTIVATION_RELU ? mtf_relu(g, pre) : mtf_gelu(g, pre);
   mtf_tensor expert_out = mtf_reshape(g, mtf_einsum2(g, act, wo, &moved_shape), &in_shape);
   mtf_tensor combined = mtf_einsum2(g, expert_out, combine, &grouped);
   out.output = S == activations.dims[1].size && G == activations.dims[0].size

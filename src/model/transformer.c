@@ -33,7 +33,7 @@ static mtf_tensor attention(builder *b, mtf_tensor x, int layer, const mtf_shape
                            .dropout_key = &b->base.dropout_key, .n_assigns = &b->base.t->n_assigns,
                            .positions = b->base.t->positions, .attend = b->attend};
   mtf_attention_options options = mtf_attention_defaults();
-  options.rotary = strcmp(b->base.m->position, "rotary") == 0;
+  options.rotary = b->base.m->position == MTF_POSITION_ROTARY;
   options.bias = b->relative_bias;
   /* Packed sequences: attention stays inside each document (model/segments.h). */
   if (b->packed) {
@@ -138,7 +138,6 @@ static int build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, fl
    * K/V heads as heads, as validation would resolve it. */
   mtf_model_config resolved = *m;
   if (resolved.kv_heads <= 0) resolved.kv_heads = resolved.heads;
-  if (!resolved.position[0]) snprintf(resolved.position, sizeof resolved.position, "learned");
   m = &resolved;
   memset(out, 0, sizeof *out);
   out->positions = out->next_logits = out->logits = out->loss = out->token_loss = out->targets = MTF_NO_TENSOR;
@@ -176,7 +175,7 @@ static int build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, fl
   }
   mtf_tensor wte = mtf_model_param(&b.base, "embed/wte", &embed, MTF_INIT_NORMAL, 1.0f);
   /* The learned position embedding exists only for model.position learned (model/position.h: the others). */
-  int learned = strcmp(m->position, "learned") == 0;
+  int learned = m->position == MTF_POSITION_LEARNED;
   mtf_tensor wpe = learned ? mtf_model_param(&b.base, "embed/wpe", &positions, MTF_INIT_NORMAL, 0.1f) : MTF_NO_TENSOR;
   mtf_tensor x;
   if (mode == MTF_MODE_DECODE) {
@@ -190,7 +189,7 @@ static int build_mode(mtf_graph *g, const mtf_model_config *m, int64_t batch, fl
       wpe = mtf_gather(g, mtf_rename(g, wpe, "length", "position"), out->segment_positions, "position");
     x = mtf_model_dropout(&b.base, learned ? mtf_add(g, x, wpe) : x);
   }
-  b.relative_bias = strcmp(m->position, "relative_bias") == 0 ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
+  b.relative_bias = m->position == MTF_POSITION_RELATIVE_BIAS ? relative_bias(&b, "decoder", 0) : MTF_NO_TENSOR;
   /* Each layer is a recompute block: with train.recompute: block, its activations are computed again from
    * its input x in the backward pass (mtf_gradients_recompute); otherwise the marks change nothing. */
   for (int layer = 0; layer < m->layers; layer++) {
@@ -256,8 +255,8 @@ void mtf_transformer_free(mtf_transformer *t) {
   t->n_params = 0;
 }
 
-int mtf_activation_is_gated(const char *activation) {
-  return strcmp(activation, "swiglu") == 0 || strcmp(activation, "geglu") == 0;
+int mtf_activation_is_gated(mtf_activation_kind activation) {
+  return activation == MTF_ACTIVATION_SWIGLU || activation == MTF_ACTIVATION_GEGLU;
 }
 
 double mtf_transformer_flops_per_token(const mtf_model_config *m, int64_t param_count) {

@@ -75,7 +75,7 @@ int mtf_transformer_build_mode(mtf_graph *g, const mtf_model_config *model, int6
 void mtf_transformer_free(mtf_transformer *t);
 
 /* Whether model.activation is a gated one (swiglu, geglu): two input projections wi_0, wi_1. */
-int mtf_activation_is_gated(const char *activation);
+int mtf_activation_is_gated(mtf_activation_kind activation);
 
 /* Model FLOPs per token for training (forward + backward): 6 N + 12 layers length heads d_kv, where N
  * counts the experts a token uses (k of each MoE layer), not all of them. */

@@ -243,7 +243,7 @@ int mtf_generate_run(const mtf_config *cfg, const mtf_generate_options *opts, mt
   int64_t vocab = cfg->model.vocab, length = cfg->model.length;
   /* Encoder-decoder: each prompt is the encoder's input (its first `length` tokens, as training reads them);
    * the decoder starts at the end-of-text id and has `length` positions, so at most `length` new tokens. */
-  int encdec = !strcmp(cfg->model.architecture, "encoder_decoder");
+  int encdec = cfg->model.architecture == MTF_ARCHITECTURE_ENCODER_DECODER;
   mtf_generate_options clamped = *opts;
   if (encdec && clamped.max_new > length) {
     if (rank == 0)

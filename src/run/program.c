@@ -59,7 +59,7 @@ static int build_training(const mtf_config *cfg, mtf_program *p, int64_t rows, m
   if (!grads) return mtf_error_set(err, MTF_ERR_NOMEM, "out of memory");
   /* Each microbatch's loss is its own mean; the step's loss is their mean. */
   mtf_tensor loss = N > 1 ? mtf_scalar_multiply(g, p->train_model.loss, 1.0f / (float)N) : p->train_model.loss;
-  int recompute = strcmp(cfg->train.recompute, "block") == 0;
+  int recompute = cfg->train.recompute == MTF_RECOMPUTE_BLOCK;
   int rc = recompute ? mtf_gradients_recompute(g, loss, n, p->train_model.params, grads)
                      : mtf_gradients(g, loss, n, p->train_model.params, grads);
   if (rc) rc = mtf_graph_status(g, err);
@@ -98,12 +98,12 @@ int mtf_run_arena_alignment(const mtf_config *cfg) { return caps_of(cfg)->arena_
  * the bytes, and NCCL (cuda) has its own engine; bf16 on the wire needs the buckets. Without MPI (mtf plan)
  * the job's placement is unknown and the plan shows the buckets. */
 int mtf_run_overlap_by_placement(const mtf_config *cfg) {
-  return strcmp(cfg->train.allreduce_overlap, "auto") == 0 && caps_of(cfg)->host_memory &&
-         strcmp(cfg->grad_reduce, "bf16") != 0;
+  return cfg->train.allreduce_overlap == MTF_OVERLAP_AUTO && caps_of(cfg)->host_memory &&
+         cfg->grad_reduce != MTF_NUMBERS_BF16;
 }
 
 int mtf_run_overlaps_gradients(const mtf_config *cfg) {
-  if (strcmp(cfg->train.allreduce_overlap, "off") == 0) return 0;
+  if (cfg->train.allreduce_overlap == MTF_OVERLAP_OFF) return 0;
   if (!mtf_run_overlap_by_placement(cfg)) return 1;
   int world = mtf_world_size();
   return world == 1 || mtf_world_ranks_on_node() < world;
@@ -129,7 +129,7 @@ static int training_plans(const mtf_program *p, const mtf_config *cfg, const mtf
   mtf_plan_options options = {.allreduce_bucket_bytes = mtf_run_overlaps_gradients(cfg)
                                                             ? (int64_t)(cfg->train.allreduce_bucket_mb * 1048576.0)
                                                             : 0,
-                              .bucket_wire_dtype = strcmp(cfg->grad_reduce, "bf16") == 0 ? MTF_BF16 : MTF_F32,
+                              .bucket_wire_dtype = cfg->grad_reduce == MTF_NUMBERS_BF16 ? MTF_BF16 : MTF_F32,
                               .bf16_storage = 1, /* every backend reads and writes bf16-stored activations */
                               .bf16_weight_copies = runs_step_by_step(cfg),
                               .arena_alignment = mtf_run_arena_alignment(cfg),

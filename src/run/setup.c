@@ -9,7 +9,7 @@
 #include "run/node_memory.h"
 
 static mtf_precision precision_of(const mtf_config *cfg) {
-  return strcmp(cfg->precision, "bf16") == 0 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
+  return cfg->precision == MTF_NUMBERS_BF16 ? MTF_PRECISION_BF16 : MTF_PRECISION_FP32;
 }
 
 mtf_backend_options mtf_run_backend_options(const mtf_config *cfg) {
@@ -189,7 +189,7 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
                              .prefetch = prefetch,
                              .vocab_limit = cfg->model.vocab,
                              .comm = st->comm,
-                             .seq2seq = !strcmp(cfg->model.architecture, "encoder_decoder"),
+                             .seq2seq = cfg->model.architecture == MTF_ARCHITECTURE_ENCODER_DECODER,
                              .pack = mtf_pack_mode_of(cfg->model.pack)};
   /* A model smaller than the shards' vocabulary is an error now, not at the first large id (which may be
    * hours into training). Every rank reads the same shard attributes, so all fail alike. */

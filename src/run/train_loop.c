@@ -143,7 +143,7 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
   if (st->program.microbatches > 1)
     printf(" in %d microbatches of %lld", st->program.microbatches,
            (long long)(cfg->train.batch / st->program.microbatches));
-  printf("%s\n", strcmp(cfg->train.recompute, "none") ? ", recompute: block" : "");
+  printf("%s\n", cfg->train.recompute != MTF_RECOMPUTE_NONE ? ", recompute: block" : "");
   char peak_text[256];
   mtf_mfu_describe(peak, peak_text, sizeof peak_text);
   printf("train: per rank %.1f MiB activations (planned peak), %.1f MiB variables; MFU against peak %s\n",
@@ -155,8 +155,8 @@ static void print_header(const mtf_run_state *st, const mtf_mfu_peak *peak) {
            stats->allreduce_buckets);
   else if (st->comm->size > 1 && !mtf_run_overlaps_gradients(cfg))
     printf("train: gradient allreduces blocking, one each (train.allreduce_overlap %s%s)\n",
-           cfg->train.allreduce_overlap,
-           strcmp(cfg->train.allreduce_overlap, "auto") == 0 ? ": every rank on one node, cpu" : "");
+           mtf_config_choice_text("train.allreduce_overlap", (int)cfg->train.allreduce_overlap),
+           cfg->train.allreduce_overlap == MTF_OVERLAP_AUTO ? ": every rank on one node, cpu" : "");
   fflush(stdout);
 }
 
@@ -286,7 +286,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
   /* The host's sgemm is the ceiling of the host backends only (cuda: backend.peak_gflops, or none). */
   /* A bf16 run on cpu: the ceiling of its products is the bf16 matmul's, not sgemm's. */
   const mtf_backend_caps *caps = mtf_backend_capabilities(cfg->backend);
-  int bf16_threads = caps->host_bf16_matmul && strcmp(cfg->precision, "bf16") == 0 ? mtf_session_threads(st.train) : 0;
+  int bf16_threads = caps->host_bf16_matmul && cfg->precision == MTF_NUMBERS_BF16 ? mtf_session_threads(st.train) : 0;
   mtf_mfu_peak peak = mtf_mfu_job_peak(cfg->peak_gflops, caps->host_peak, bf16_threads);
   double job_peak = peak.job;
   print_header(&st, &peak);

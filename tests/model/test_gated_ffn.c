@@ -15,7 +15,10 @@ static int64_t build(const char *activation, int *has_wi, int *has_gated, double
   mtf_config_defaults(&cfg);
   mtf_model_config m = cfg.model;
   m.vocab = 64, m.d_model = 16, m.d_ff = 48, m.heads = 2, m.d_kv = 8, m.layers = 3, m.length = 8;
-  snprintf(m.activation, sizeof m.activation, "%s", activation);
+  char assignment[64];
+  snprintf(assignment, sizeof assignment, "model.activation=%s", activation);
+  CHECK(mtf_config_set(&cfg, assignment, &(mtf_error){0}) == MTF_OK);
+  m.activation = cfg.model.activation;
   mtf_graph *g = mtf_graph_create(1);
   mtf_transformer t;
   mtf_error err = {0};
@@ -54,7 +57,7 @@ int main(void) {
     CHECK(count == base + extra);
     CHECK(fabs(flops - base_flops - 6.0 * (double)extra) < 1e-9 * flops);
   }
-  CHECK(mtf_activation_is_gated("swiglu") && mtf_activation_is_gated("geglu"));
-  CHECK(!mtf_activation_is_gated("gelu") && !mtf_activation_is_gated("relu"));
+  CHECK(mtf_activation_is_gated(MTF_ACTIVATION_SWIGLU) && mtf_activation_is_gated(MTF_ACTIVATION_GEGLU));
+  CHECK(!mtf_activation_is_gated(MTF_ACTIVATION_GELU) && !mtf_activation_is_gated(MTF_ACTIVATION_RELU));
   return check_summary();
 }

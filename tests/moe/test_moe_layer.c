@@ -118,10 +118,10 @@ static void check_case(mtf_comm *comm, const char *gating, int64_t group, double
   m.d_ff = F;
   m.length = L;
   m.layers = 1;
-  snprintf(m.activation, sizeof m.activation, "gelu");
+  m.activation = MTF_ACTIVATION_GELU;
   m.moe.experts = E;
   m.moe.every = 1;
-  snprintf(m.moe.gating, sizeof m.moe.gating, "%s", gating);
+  m.moe.gating = strcmp(gating, "switch") == 0 ? MTF_GATING_SWITCH : MTF_GATING_TOP2;
   m.moe.capacity_factor = capacity_factor;
   m.moe.group_size = group;
   int k = mtf_moe_k(&m);
@@ -233,10 +233,10 @@ static void check_flops(void) {
   int64_t total = 100000;
   double attention = 12.0 * 4 * 16 * (4 * 8);
   for (int top2 = 0; top2 < 2; top2++) {
-    snprintf(m.moe.gating, sizeof m.moe.gating, "%s", top2 ? "top2" : "switch");
+    m.moe.gating = top2 ? MTF_GATING_TOP2 : MTF_GATING_SWITCH;
     int64_t unused = 2 * (8 - (top2 ? 2 : 1)) * (2 * 32 * 64);
     double want = 6.0 * (double)(total - unused) + attention, got = mtf_transformer_flops_per_token(&m, total);
-    printf("flops per token, %s: %.0f (by hand %.0f)\n", m.moe.gating, got, want);
+    printf("flops per token, %s: %.0f (by hand %.0f)\n", top2 ? "top2" : "switch", got, want);
     CHECK(fabs(got - want) < 1e-6 * want);
   }
   m.moe.experts = 0;
