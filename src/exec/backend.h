@@ -115,9 +115,6 @@ int mtf_backend_register(const mtf_backend_caps *caps,
 /* The backend instance a session computes on (for tests that wrap a kernel). */
 mtf_backend *mtf_session_backend_instance(mtf_session *s);
 
-/* A variable's initial slice on plan's rank, on the host (mtf_plan_slice_elements floats): each element from
- * its global index, so every layout and backend starts from the same values. */
-void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
 
 /* The CPU backend's constructor (exec/cpu/). */
 int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err);

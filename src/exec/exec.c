@@ -13,10 +13,8 @@
 #include "exec/backend.h"
 #include "exec/device_comm.h"
 #include "exec/profile.h"
+#include "exec/program_session.h"
 #include "ops/op_def.h"
-#ifdef MTF_HAVE_PJRT
-#include "exec/pjrt/session.h"
-#endif
 
 struct mtf_session {
   mtf_plan *plan;
@@ -44,9 +42,9 @@ struct mtf_session {
   int microbatch, microbatches;
   int64_t allocated_bytes;
   mtf_profile *profile; /* MTF_PROFILE=1, else NULL */
-  /* backend pjrt (mtf_session_create_spmd): the whole program on every device of the mesh; plan is then the
-   * one-rank host plan, and the functions below hand their whole tensors to it. NULL on cpu. */
-  struct mtf_pjrt_session *spmd;
+  /* A backend that runs the whole mesh as one program (pjrt; mtf_session_create_spmd): plan is then the
+   * one-rank host plan, and the functions below hand their whole tensors to it. NULL: the step executor. */
+  mtf_program_session *program;
   /* bfloat16 weight copies (lower/weight_copies.c). The owner of the variables counts the writes to them
    * (variables_version: every run of a session sharing them and every write from outside); a session whose
    * plan's optimizer writes copies knows at which count it wrote them (copies_version, 0: never) and skips
@@ -70,30 +68,6 @@ static void *buffer_data(const mtf_session *s, int buffer) {
     case MTF_BUF_INPUT: return s->inputs[b->offset];
   }
   return NULL;
-}
-
-/* A variable's initial slice, on the host: each element from its global index, so every layout starts
- * equal. */
-void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data) {
-  const mtf_node *var = &p->graph->nodes[node];
-  const mtf_tensor_layout *layout = &p->layouts[node];
-  mtf_shape local = mtf_layout_slice_shape(layout, &p->mesh);
-  int64_t offsets[MTF_MAX_RANK], strides[MTF_MAX_RANK], stride = 1, index[MTF_MAX_RANK] = {0};
-  mtf_layout_slice_offset(layout, &p->mesh, p->coord, offsets);
-  for (int d = var->shape.rank - 1; d >= 0; d--) {
-    strides[d] = stride;
-    stride *= var->shape.dims[d].size;
-  }
-  int64_t n = mtf_shape_num_elements(&local);
-  for (int64_t e = 0; e < n; e++) {
-    int64_t global = 0;
-    for (int d = 0; d < local.rank; d++) global += (index[d] + offsets[d]) * strides[d];
-    data[e] = mtf_variable_value(p->graph, var, global);
-    for (int d = local.rank - 1; d >= 0; d--) {
-      if (++index[d] < local.dims[d].size) break;
-      index[d] = 0;
-    }
-  }
 }
 
 static int build_poison_lists(mtf_session *s) {
@@ -281,9 +255,7 @@ void mtf_session_destroy(mtf_session *s) {
     abort();
   }
   if (s->owner) s->owner->borrowers--;
-#ifdef MTF_HAVE_PJRT
-  mtf_pjrt_session_destroy(s->spmd);
-#endif
+  if (s->program) s->program->ops->destroy(s->program);
   if (s->profile && s->comm->rank == 0) {
     char title[96];
     snprintf(title, sizeof title, "session of %d steps on rank 0 of %d", s->plan->n_steps, s->comm->size);
@@ -344,19 +316,16 @@ static void host_slice(const mtf_shape *in_shape, const char *in, const mtf_shap
   }
 }
 
-#ifdef MTF_HAVE_PJRT
-#define SPMD(call) \
-  do {             \
-    if (s->spmd) return (call); \
+/* A program session does the rest of the call (the checks before it are common to both). */
+#define PROGRAM(call)                    \
+  do {                                   \
+    if (s->program) return s->program->ops->call; \
   } while (0)
-#else
-#define SPMD(call) ((void)0)
-#endif
 
 static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mtf_dtype dtype, mtf_error *err) {
   int b = -1; /* set by input_buffer; initialised for -O3's maybe-uninitialized */
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
-  SPMD(mtf_pjrt_session_set_input(s->spmd, input, full, err));
+  PROGRAM(set_input(s->program, input, full, err));
   if (b < 0) return MTF_OK;
   const mtf_plan *p = s->plan;
   int64_t offsets[MTF_MAX_RANK];
@@ -374,7 +343,7 @@ static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mt
 static int set_input_slice(mtf_session *s, mtf_tensor input, const void *slice, mtf_dtype dtype, mtf_error *err) {
   int b = -1;
   MTF_CHECK(input_buffer(s, input, dtype, &b, err));
-  SPMD(mtf_pjrt_session_set_input(s->spmd, input, slice, err)); /* the host plan's slice is the whole tensor */
+  PROGRAM(set_input(s->program, input, slice, err)); /* the host plan's slice is the whole tensor */
   if (b < 0) return MTF_OK;
   int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), slice, (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "set_input: upload failed") : MTF_OK;
@@ -630,7 +599,7 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
 }
 
 int mtf_session_run(mtf_session *s, mtf_error *err) {
-  SPMD(mtf_pjrt_session_run(s->spmd, s->random_offset, err));
+  PROGRAM(run(s->program, s->random_offset, err));
   const mtf_plan *p = s->plan;
   mtf_session *owner = variables_owner(s);
   int copies_current = s->copies_version != 0 && s->copies_version == owner->variables_version;
@@ -698,13 +667,13 @@ static int result_buffer(const mtf_session *s, mtf_tensor t, const char *op, mtf
 }
 
 const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
-  if (s->spmd) return NULL; /* device memory */
+  if (s->program) return NULL; /* device memory */
   int b = value_buffer(s, t);
   return b >= 0 ? buffer_data(s, b) : NULL;
 }
 
 static float *variable_data(mtf_session *s, mtf_tensor t) {
-  if (s->spmd) return NULL;
+  if (s->program) return NULL;
   int b = value_buffer(s, t);
   if (b < 0 || s->plan->graph->nodes[t].kind != MTF_OP_VARIABLE || s->plan->buffers[b].kind != MTF_BUF_VARIABLE)
     return NULL;
@@ -719,19 +688,17 @@ float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
 int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err) {
   int b = result_buffer(s, t, "read_slice", err);
   if (b < 0) return -b;
-  SPMD(mtf_pjrt_session_fetch(s->spmd, t, out, err));
+  PROGRAM(fetch(s->program, t, out, err));
   int rc = s->backend->mem->download(s->backend, out, buffer_data(s, b), (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "read_slice: download failed") : MTF_OK;
 }
 
 int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err) {
-#ifdef MTF_HAVE_PJRT
-  if (s->spmd) {
+  if (s->program) {
     if (value_buffer(s, var) < 0 || s->plan->graph->nodes[var].kind != MTF_OP_VARIABLE)
       return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
-    return mtf_pjrt_session_write_variable(s->spmd, var, slice, err);
+    return s->program->ops->write_variable(s->program, var, slice, err);
   }
-#endif
   float *data = variable_data(s, var);
   if (!data) return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
   int b = value_buffer(s, var);
@@ -744,7 +711,7 @@ int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err)
   const mtf_plan *p = s->plan;
   int b = result_buffer(s, t, "fetch", err);
   if (b < 0) return -b;
-  SPMD(mtf_pjrt_session_fetch(s->spmd, t, full, err));
+  PROGRAM(fetch(s->program, t, full, err));
   const mtf_tensor_layout *layout = &p->layouts[t];
   mtf_shape shape = mtf_layout_slice_shape(layout, &p->mesh);
   int64_t dims[MTF_MAX_RANK], total = mtf_shape_num_elements(&layout->shape);
@@ -779,9 +746,10 @@ int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int c
     return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: microbatch %d of %d does not exist", index, count);
   if (count > 1 && (!dim || !mtf_name_is_valid(dim)))
     return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: '%s' is not a dimension name", dim ? dim : "(null)");
-  if (s->spmd && count > 1)
-    return mtf_error_set(err, MTF_ERR_INVALID, "backend pjrt: train.microbatches > 1 is not supported yet (the "
-                         "program is compiled once, without the microbatch numbering of random ops); use 1");
+  if (s->program && count > 1)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend %s: train.microbatches > 1 is not supported yet (the "
+                         "program is compiled once, without the microbatch numbering of random ops); use 1",
+                         s->program->kind);
   snprintf(s->microbatch_dim, sizeof s->microbatch_dim, "%s", count > 1 ? dim : "");
   s->microbatch = index;
   s->microbatches = count;
@@ -795,28 +763,19 @@ const char *mtf_session_collectives(const mtf_session *s) {
 }
 double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
 const char *mtf_session_bf16_text(const mtf_session *s) {
-  if (s->options.precision != MTF_PRECISION_BF16 || s->spmd || !s->backend->bf16_text) return NULL;
+  if (s->options.precision != MTF_PRECISION_BF16 || s->program || !s->backend->bf16_text) return NULL;
   return s->backend->bf16_text(s->backend);
 }
 int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
-const char *mtf_session_backend(const mtf_session *s) { return s->spmd ? "pjrt" : s->backend->name; }
+const char *mtf_session_backend(const mtf_session *s) { return s->program ? s->program->kind : s->backend->name; }
 int mtf_session_threads(const mtf_session *s) {
-#ifdef MTF_HAVE_PJRT
-  if (s->spmd) return mtf_pjrt_session_threads(s->spmd);
-#endif
-  return s->backend->threads;
+  return s->program ? s->program->ops->threads(s->program) : s->backend->threads;
 }
-int mtf_session_devices(const mtf_session *s) {
-#ifdef MTF_HAVE_PJRT
-  if (s->spmd) return mtf_pjrt_session_devices(s->spmd);
-#endif
-  return 1;
-}
+int mtf_session_devices(const mtf_session *s) { return s->program ? s->program->ops->devices(s->program) : 1; }
 
 int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
                             const mtf_session_options *options, mtf_session **out, mtf_error *err) {
   *out = NULL;
-#ifdef MTF_HAVE_PJRT
   if (comm->size != 1 || !mtf_shape_equal(&comm->mesh, &host_plan->mesh) || mtf_shape_num_elements(&host_plan->mesh) != 1)
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session's host plan and communicator are one rank's");
   for (int r = 0; r < n_devices; r++)
@@ -825,15 +784,18 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
   mtf_session_options opts = {0};
   if (options) opts = *options;
   const mtf_session *other = opts.share_variables_with;
-  if (other && (!other->spmd || other->plan->graph != host_plan->graph))
+  if (other && (!other->program || other->plan->graph != host_plan->graph))
     return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");
   mtf_session *s = calloc(1, sizeof *s);
   if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "session: out of memory");
   s->plan = host_plan;
   s->comm = comm;
   s->options = opts;
-  int rc = mtf_pjrt_session_create(device_plans, n_devices, opts.plugin, opts.local_devices,
-                                   other ? other->spmd : NULL, &s->spmd, err);
+  mtf_program_session_options program_options = {.plugin = opts.plugin, .local_devices = opts.local_devices,
+                                                 .share = other ? other->program : NULL};
+  /* the one-program kind the caller named (the run layer: backend.kind), pjrt by default */
+  const char *kind = opts.backend && opts.backend[0] ? opts.backend : "pjrt";
+  int rc = mtf_backend_program_session_create(kind, device_plans, n_devices, &program_options, &s->program, err);
   if (rc != MTF_OK) {
     free(s);
     return rc;
@@ -844,9 +806,5 @@ int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, 
   }
   *out = s;
   return MTF_OK;
-#else
-  (void)host_plan, (void)device_plans, (void)n_devices, (void)comm, (void)options;
-  return mtf_error_set(err, MTF_ERR_INVALID, "session: this mtf was built without the pjrt backend (no pjrt_c_api.h)");
-#endif
 }
 mtf_backend *mtf_session_backend_instance(mtf_session *s) { return s->backend; }

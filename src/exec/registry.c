@@ -5,8 +5,10 @@
 
 #include "exec/backend.h"
 #include "exec/cpu/bf16.h"
+#include "exec/program_session.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/pjrt_backend.h"
+#include "exec/pjrt/session.h"
 #endif
 
 /* A kind: what it does (mtf_backend_caps), how to make one, and what it would run on (optional: the
@@ -16,6 +18,7 @@ typedef struct backend_entry {
   int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
   int (*describe)(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
                   mtf_error *err);
+  mtf_program_session_create_fn program_session; /* caps.one_program: its sessions (exec/program_session.h) */
 } backend_entry;
 
 static int create_cpu(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
@@ -44,14 +47,15 @@ static int describe_cuda(const mtf_backend_options *o, long mesh_devices, int pr
 static const backend_entry builtin[] = {
     {{.kind = "cpu", .bf16 = 1, .bf16_grad_reduce = 1, .microbatches = 1, .generate = 1, .host_memory = 1,
       .host_fusions = 1, .host_peak = 1, .host_bf16_matmul = 1},
-     create_cpu, NULL},
+     create_cpu, NULL, NULL},
 #ifdef MTF_HAVE_PJRT
-    {{.kind = "pjrt", .bf16 = 1, .one_program = 1, .host_peak = 1, .plugin = 1}, create_pjrt, describe_pjrt},
+    {{.kind = "pjrt", .bf16 = 1, .one_program = 1, .host_peak = 1, .plugin = 1}, create_pjrt, describe_pjrt,
+     mtf_pjrt_program_session_create},
 #endif
 #ifdef MTF_HAVE_CUDA
     {{.kind = "cuda", .bf16 = 1, .bf16_grad_reduce = 1, .microbatches = 1, .generate = 1, .arena_alignment = 256,
       .gpu = 1},
-     mtf_cuda_backend_create, describe_cuda},
+     mtf_cuda_backend_create, describe_cuda, NULL},
 #endif
 };
 
@@ -76,7 +80,7 @@ static int n_registered;
 int mtf_backend_register(const mtf_backend_caps *caps,
                          int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err)) {
   if (n_registered == MAX_REGISTERED) return MTF_ERR_INVALID;
-  registered[n_registered++] = (backend_entry){*caps, create, NULL};
+  registered[n_registered++] = (backend_entry){*caps, create, NULL, NULL};
   return MTF_OK;
 }
 
@@ -125,6 +129,18 @@ int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mt
   if (!entry) return MTF_ERR_INVALID;
   MTF_CHECK(check_precision(entry, options, err));
   return entry->create(options, out, err);
+}
+
+int mtf_backend_program_session_create(const char *kind, mtf_plan *const *device_plans, int n_devices,
+                                       const mtf_program_session_options *options, mtf_program_session **out,
+                                       mtf_error *err) {
+  *out = NULL;
+  const backend_entry *entry = find(kind, err);
+  if (!entry) return MTF_ERR_INVALID;
+  if (!entry->program_session)
+    return mtf_error_set(err, MTF_ERR_INVALID, "session: backend '%s' runs plans step by step, not as one program over "
+                         "the mesh's devices: make its sessions with mtf_session_create", entry->caps.kind);
+  return entry->program_session(device_plans, n_devices, options, out, err);
 }
 
 void mtf_backend_destroy(mtf_backend *b) {

@@ -158,4 +158,8 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan, int64_t align_words);
  * that replaces the members' blocking allreduces. 0 leaves the plan as it is. */
 int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_dtype wire, mtf_error *err);
 
+/* initial_values.c: a variable's initial slice on plan's rank, on the host (mtf_plan_slice_elements floats):
+ * each element from its global index, so every layout and backend starts from the same values. */
+void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
+
 #endif

@@ -1,23 +1,35 @@
-/* The pjrt side of an mtf_session (see session.h). */
+/* The pjrt backend's program session (see session.h): exec/program_session.h's interface. */
 #include "exec/pjrt/session.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-struct mtf_pjrt_session {
+typedef struct mtf_pjrt_session {
+  mtf_program_session base; /* first: the interface the executor calls */
   mtf_pjrt_runtime *rt;
   int owns_runtime;
   mtf_plan **plans;
   int n;
   mtf_pjrt_program *program;
-};
+} mtf_pjrt_session;
 
-int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const char *plugin, int local_devices,
-                            mtf_pjrt_session *share, mtf_pjrt_session **out, mtf_error *err) {
+static void session_destroy(mtf_program_session *base);
+static const mtf_program_session_ops pjrt_session_ops;
+
+int mtf_pjrt_program_session_create(mtf_plan *const *device_plans, int n_devices,
+                                    const mtf_program_session_options *options, mtf_program_session **out,
+                                    mtf_error *err) {
   *out = NULL;
+  const char *plugin = options ? options->plugin : NULL;
+  int local_devices = options ? options->local_devices : 0;
+  mtf_pjrt_session *share = options && options->share ? (mtf_pjrt_session *)options->share : NULL;
+  if (share && share->base.ops != &pjrt_session_ops)
+    return mtf_error_set(err, MTF_ERR_INVALID, "pjrt session: can share only another pjrt session's variables");
   mtf_pjrt_session *s = calloc(1, sizeof *s);
   if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "pjrt session");
+  s->base.ops = &pjrt_session_ops;
+  s->base.kind = "pjrt";
   s->n = n_devices;
   s->plans = malloc(sizeof *s->plans * (size_t)n_devices);
   int rc = s->plans ? MTF_OK : mtf_error_set(err, MTF_ERR_NOMEM, "pjrt session");
@@ -41,8 +53,8 @@ int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const 
   } else if (rc == MTF_OK) {
     /* As configured: 0 asks for no count (a TPU or GPU plugin uses all its chips; "cpu_device_count" is
      * only the CPU plugin's option), and too few devices is compile's clear error. */
-    mtf_pjrt_options options = {.plugin_path = plugin, .local_devices = local_devices, .threads = threads};
-    rc = mtf_pjrt_open(&options, &s->rt, err);
+    mtf_pjrt_options runtime = {.plugin_path = plugin, .local_devices = local_devices, .threads = threads};
+    rc = mtf_pjrt_open(&runtime, &s->rt, err);
     s->owns_runtime = rc == MTF_OK;
   }
   /* Products of bfloat16 operands stay bf16 on the plugins whose dots take them (bf16_dots): every platform but
@@ -56,14 +68,15 @@ int mtf_pjrt_session_create(mtf_plan *const *device_plans, int n_devices, const 
     rc = mtf_pjrt_program_create(s->rt, s->plans, n_devices, &module, share ? share->program : NULL, &s->program, err);
   mtf_pjrt_module_free(&module);
   if (rc != MTF_OK) {
-    mtf_pjrt_session_destroy(s);
+    session_destroy(&s->base);
     return rc;
   }
-  *out = s;
+  *out = &s->base;
   return MTF_OK;
 }
 
-void mtf_pjrt_session_destroy(mtf_pjrt_session *s) {
+static void session_destroy(mtf_program_session *base) {
+  mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   if (!s) return;
   mtf_pjrt_program_destroy(s->program);
   if (s->owns_runtime) mtf_pjrt_close(s->rt);
@@ -71,20 +84,24 @@ void mtf_pjrt_session_destroy(mtf_pjrt_session *s) {
   free(s);
 }
 
-int mtf_pjrt_session_set_input(mtf_pjrt_session *s, mtf_tensor input, const void *full, mtf_error *err) {
+static int session_set_input(mtf_program_session *base, mtf_tensor input, const void *full, mtf_error *err) {
+  mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   return mtf_pjrt_program_set_input(s->program, input, full, err);
 }
 
-int mtf_pjrt_session_run(mtf_pjrt_session *s, uint64_t random_offset, mtf_error *err) {
+static int session_run(mtf_program_session *base, uint64_t random_offset, mtf_error *err) {
+  mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   mtf_pjrt_program_set_random_offset(s->program, random_offset);
   return mtf_pjrt_program_run(s->program, err);
 }
 
-int mtf_pjrt_session_fetch(mtf_pjrt_session *s, mtf_tensor t, void *full, mtf_error *err) {
+static int session_fetch(mtf_program_session *base, mtf_tensor t, void *full, mtf_error *err) {
+  mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   return mtf_pjrt_program_fetch(s->program, t, full, err);
 }
 
-int mtf_pjrt_session_write_variable(mtf_pjrt_session *s, mtf_tensor var, const float *full, mtf_error *err) {
+static int session_write_variable(mtf_program_session *base, mtf_tensor var, const float *full, mtf_error *err) {
+  mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   const mtf_graph *g = s->plans[0]->graph;
   int rc = MTF_OK;
   float *slice = NULL;
@@ -121,5 +138,17 @@ int mtf_pjrt_session_write_variable(mtf_pjrt_session *s, mtf_tensor var, const f
   return rc;
 }
 
-int mtf_pjrt_session_devices(const mtf_pjrt_session *s) { return s->n; }
-int mtf_pjrt_session_threads(const mtf_pjrt_session *s) { return mtf_pjrt_threads(s->rt); }
+static int session_devices(const mtf_program_session *base) { return ((const mtf_pjrt_session *)base)->n; }
+static int session_threads(const mtf_program_session *base) {
+  return mtf_pjrt_threads(((const mtf_pjrt_session *)base)->rt);
+}
+
+static const mtf_program_session_ops pjrt_session_ops = {
+    .destroy = session_destroy,
+    .set_input = session_set_input,
+    .run = session_run,
+    .fetch = session_fetch,
+    .write_variable = session_write_variable,
+    .devices = session_devices,
+    .threads = session_threads,
+};
