@@ -38,11 +38,22 @@ report() { # rule, then grep -n lines "FILE:LINE:text"
 
 sources() { find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) "$@" | sort; }
 
-# Comments are not code: /* ... */ on one line and lines that continue a block comment are dropped first.
+# Comments are not code: block comments (over any number of lines) and // comments are removed first.
 code_lines() { # files... -> FILE:LINE:text of code lines
-  awk '{ line = $0; gsub(/\/\*([^*]|\*+[^*\/])*\*+\//, "", line); sub(/\/\/.*/, "", line)
-         if (line ~ /^[[:space:]]*\*/) next
-         if (line ~ /[^[:space:]]/) print FILENAME ":" FNR ":" line }' "$@"
+  awk 'FNR == 1 { in_comment = 0 }
+       { line = $0; code = ""
+         while (line != "") {
+           if (in_comment) {
+             end = index(line, "*/")
+             if (end == 0) { line = ""; break }
+             line = substr(line, end + 2); in_comment = 0; continue
+           }
+           start = index(line, "/*")
+           if (start == 0) { code = code line; break }
+           code = code substr(line, 1, start - 1); line = substr(line, start + 2); in_comment = 1
+         }
+         sub(/\/\/.*/, "", code)
+         if (code ~ /[^[:space:]]/) print FILENAME ":" FNR ":" code }' "$@"
 }
 
 text_matches() { # FILE:LINE:text lines whose text (not the file's name) matches the extended regex $1
@@ -51,18 +62,19 @@ text_matches() { # FILE:LINE:text lines whose text (not the file's name) matches
 }
 
 mapfile -t not_comm < <(sources -not -path 'src/comm/*')
-report mpi < <(code_lines "${not_comm[@]}" | grep -E '\bMPI_[A-Z][A-Za-z0-9_]*[[:space:]]*\(|#[[:space:]]*include[[:space:]]*<mpi\.h>' || true)
+report mpi < <(code_lines "${not_comm[@]}" |
+  text_matches '(^|[^A-Za-z0-9_])MPI_[A-Z][A-Za-z0-9_]*[[:space:]]*\(|#[[:space:]]*include[[:space:]]*[<"]mpi\.h[>"]')
 
 above=()
 for d in cli run model config io ckpt train; do
   [ -d "src/$d" ] && mapfile -t -O "${#above[@]}" above < <(sources -path "src/$d/*")
 done
 if [ ${#above[@]} -gt 0 ]; then
-  report engine-headers < <(grep -nE '#[[:space:]]*include[[:space:]]*"(exec|lower|graph|ops)/' "${above[@]}" /dev/null || true)
+  report engine-headers < <(code_lines "${above[@]}" | text_matches '#[[:space:]]*include[[:space:]]*[<"](exec|lower|graph|ops)/')
 fi
 
 mapfile -t not_registry < <(sources -not -path 'src/exec/registry.c')
-names='"(cpu|cuda|pjrt|cuda-emu)"'
+names='"(cpu|cuda|pjrt|cuda-emu|cpu-staged)"'
 report backend-names < <(code_lines "${not_registry[@]}" | text_matches "str(n)?(case)?cmp[[:space:]]*\\(" |
   text_matches "(backend|kind)" | text_matches "$names")
 

@@ -187,15 +187,18 @@ static const key_spec *find_key(const char *path) {
   return NULL;
 }
 
-/* Choice `index` of a KEY_ENUM key's choices ("a|b|c"), in a buffer per thread; "?" past the end. */
+/* Choice `index` of a KEY_ENUM key's choices ("a|b|c"); "?" past the end. The text lives in one of a few
+ * buffers per thread, used in turn, so that one message may name several choices. */
 static const char *choice_text(const key_spec *spec, int index) {
-  static _Thread_local char text[MTF_CONFIG_TEXT];
+  static _Thread_local char texts[4][MTF_CONFIG_TEXT];
+  static _Thread_local unsigned turn;
   const char *c = spec->choices;
   for (int i = 0; c && *c; i++) {
     const char *bar = strchr(c, '|');
     size_t n = bar ? (size_t)(bar - c) : strlen(c);
     if (i == index) {
-      snprintf(text, sizeof text, "%.*s", (int)n, c);
+      char *text = texts[turn++ % 4];
+      snprintf(text, MTF_CONFIG_TEXT, "%.*s", (int)n, c);
       return text;
     }
     c = bar ? bar + 1 : NULL;

@@ -162,8 +162,12 @@ nomem: {
 static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error *err) {
   for (int i = 0; i < plan->n_steps; i++) {
     const mtf_step *st = &plan->steps[i];
-    if (st->kind != MTF_STEP_KERNEL || st->fused) continue;
-    mtf_op_kind op = st->bf16_copy > 0 && !be->kernels[MTF_OP_CAST] ? MTF_OP_CAST : st->op;
+    if (st->fused || (st->kind != MTF_STEP_KERNEL && st->kind != MTF_STEP_COPY)) continue;
+    /* a weight copy written after a kernel or a copy is the cast's (write_weight_copy); adam_update writes its own */
+    int casts_copy = st->bf16_copy > 0 && !(st->kind == MTF_STEP_KERNEL && st->op == MTF_OP_ADAM_UPDATE);
+    mtf_op_kind op = st->kind == MTF_STEP_KERNEL && !be->kernels[st->op] ? st->op : MTF_OP_CAST;
+    if (st->kind == MTF_STEP_COPY && !casts_copy) continue;
+    if (st->kind == MTF_STEP_KERNEL && be->kernels[st->op] && !casts_copy) continue;
     if (!be->kernels[op])
       return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' has no kernel for op '%s' (step %d of the plan): it "
                            "cannot run this plan; add the kernel to the backend's table, or run on a backend that has "

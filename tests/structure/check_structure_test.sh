@@ -17,7 +17,12 @@ if [ $rc -eq 0 ]; then ok "the sources pass ($out)"; else bad "the sources fail 
 cp -r "$src_root/src" "$tmp/src"
 cat > "$tmp/src/run/planted_comment.c" <<'C'
 /* Mentions only: MPI_Allreduce( in a comment, strcmp(backend, "cpu") and case MTF_OP_ADD: are not code. */
+int planted_a; /* a comment that goes on: MPI_Barrier(MPI_COMM_WORLD);
+ * strcmp(kind, "pjrt") == 0
+   case MTF_OP_ADD: #include "exec/backend.h" */
+int planted_b; // MPI_Send(
 C
+cp "$tmp/src/run/planted_comment.c" "$tmp/src/cli/planted_comment.c"
 out=$(bash "$script" "$tmp" 2>&1); rc=$?
 [ $rc -eq 0 ] && ok "comments are not violations" || { bad "a comment was reported (rc $rc):"; echo "$out"; }
 
@@ -38,6 +43,12 @@ plant engine-headers ckpt/planted_header.c '#include "lower/plan.h"'
 plant backend-names run/planted_name.c 'int planted(const char *backend) { return strcmp(backend, "cuda") == 0; }'
 plant backend-names config/planted_kind.c 'int planted(const char *kind) { return !strncmp(kind, "pjrt", 4); }'
 plant op-switch model/planted_switch.c 'void planted(int k) { switch (k) { case MTF_OP_ADD: break; } }'
+# code on a line that starts with "*" is code, and code after a comment that closes on the same line too
+plant mpi run/planted_star.c 'void planted(double *x) {
+  *x = MPI_Wtime();
+}'
+plant backend-names run/planted_after_comment.c 'int planted(const char *kind) { /* x */ return strcmp(kind, "cpu-staged"); }'
+plant mpi io/planted_quoted_include.c '#include "mpi.h"'
 
 out=$(bash "$script" "$tmp" extra 2>&1); rc=$?
 [ $rc -eq 2 ] && ok "bad usage exits 2" || bad "bad usage: rc $rc"
