@@ -165,14 +165,14 @@ static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error 
     if (st->fused || (st->kind != MTF_STEP_KERNEL && st->kind != MTF_STEP_COPY)) continue;
     /* a weight copy written after a kernel or a copy is the cast's (write_weight_copy); adam_update writes its own */
     int casts_copy = st->bf16_copy > 0 && !(st->kind == MTF_STEP_KERNEL && st->op == MTF_OP_ADAM_UPDATE);
-    mtf_op_kind op = st->kind == MTF_STEP_KERNEL && !be->kernels[st->op] ? st->op : MTF_OP_CAST;
-    if (st->kind == MTF_STEP_COPY && !casts_copy) continue;
-    if (st->kind == MTF_STEP_KERNEL && be->kernels[st->op] && !casts_copy) continue;
-    if (!be->kernels[op])
-      return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' has no kernel for op '%s' (step %d of the plan): it "
-                           "cannot run this plan; add the kernel to the backend's table, or run on a backend that has "
-                           "it (test_backend_conformance --backend %s lists what it runs)", be->name,
-                           mtf_op(op)->name, i, be->name);
+    mtf_op_kind op;
+    if (st->kind == MTF_STEP_KERNEL && !be->kernels[st->op]) op = st->op;
+    else if (casts_copy && !be->kernels[MTF_OP_CAST]) op = MTF_OP_CAST;
+    else continue;
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' has no kernel for op '%s' (step %d of the plan): it "
+                         "cannot run this plan; add the kernel to the backend's table, or run on a backend that has "
+                         "it (test_backend_conformance --backend %s lists what it runs)", be->name,
+                         mtf_op(op)->name, i, be->name);
   }
   return MTF_OK;
 }
