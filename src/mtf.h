@@ -25,6 +25,7 @@
 #include "comm/agree.h"
 #include "comm/world.h"
 #include "comm/comm.h"
+#include "comm/comm_mode.h"
 #include "core/error.h"
 #include "core/layout.h"
 #include "core/mesh.h"
@@ -447,10 +448,10 @@ typedef struct mtf_session_options {
   int tf32;                /* cuda: backend.tf32 */
   mtf_precision precision; /* backend.precision: what the run layer reports (the bf16 line); the
                             * products themselves follow the graph (mtf_graph_set_matmul_dtype) */
-  /* backend.comm, collectives on device memory: "auto" (NULL, ""; NCCL when every rank has a GPU of its
-   * own, else MPI through host staging), "nccl" or "mpi" (staged). A host-memory backend (cpu) uses the
-   * session's communicator as it is, and refuses "nccl". */
-  const char *comm;
+  /* backend.comm, collectives on device memory: auto (0: NCCL when every rank has a GPU of its own, else MPI
+   * through host staging), nccl or mpi (staged). A host-memory backend (cpu) uses the session's communicator
+   * as it is, and refuses nccl. */
+  mtf_comm_mode comm;
 } mtf_session_options;
 
 /* Binds a plan to a communicator (whose mesh and rank must match the plan) and allocates memory;

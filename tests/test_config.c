@@ -44,6 +44,12 @@ static void check_enum_choices(mtf_config *cfg) {
       C("backend.precision", "bf16", MTF_NUMBERS_BF16, precision),
       C("backend.grad_reduce", "fp32", MTF_NUMBERS_FP32, grad_reduce),
       C("backend.grad_reduce", "bf16", MTF_NUMBERS_BF16, grad_reduce),
+      C("backend.comm", "auto", MTF_COMM_AUTO, comm),
+      C("backend.comm", "nccl", MTF_COMM_NCCL, comm),
+      C("backend.comm", "mpi", MTF_COMM_MPI, comm),
+      C("data.pack", "none", MTF_PACK_NONE, model.pack),
+      C("data.pack", "eot", MTF_PACK_EOT, model.pack),
+      C("data.pack", "segments", MTF_PACK_SEGMENTS, model.pack),
 #undef C
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -93,8 +99,8 @@ int main(int argc, char **argv) {
   CHECK(load(cfg, "train: {learning_rate: 0.001, min_learning_rate: 0.01}\n", &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "train.min_learning_rate (0.01) is above train.learning_rate (0.001)");
   /* backend.comm: a choice; nccl only with the cuda backend (the cpu backend's collectives are MPI's). */
-  CHECK(load(cfg, "backend: {comm: mpi}\n", &err) == MTF_OK && strcmp(cfg->comm, "mpi") == 0);
-  CHECK(load(cfg, "backend: {}\n", &err) == MTF_OK && strcmp(cfg->comm, "auto") == 0);
+  CHECK(load(cfg, "backend: {comm: mpi}\n", &err) == MTF_OK && cfg->comm == MTF_COMM_MPI);
+  CHECK(load(cfg, "backend: {}\n", &err) == MTF_OK && cfg->comm == MTF_COMM_AUTO);
   CHECK(load(cfg, "backend: {comm: gloo}\n", &err) == MTF_ERR_INVALID);
   CHECK_CONTAINS(err.msg, "backend.comm: 'gloo' is not one of auto|nccl|mpi");
   CHECK(load(cfg, "backend: {comm: nccl}\n", &err) == MTF_ERR_INVALID);

@@ -133,7 +133,7 @@ static const key_spec schema[] = {
      "with data.pack: leave out of the loss each document's first token (predicted from another document)"},
     {"data.train", KEY_PATH, F(data_train), "\"\"", 0, 0, NULL, "training shards: a directory, a glob or a file"},
     {"data.eval", KEY_PATH, F(data_eval), "\"\"", 0, 0, NULL, "evaluation shards (empty: no evaluation)"},
-    {"data.pack", KEY_CHOICE, F(model.pack), "none", 0, 0, "none|eot|segments",
+    {"data.pack", KEY_ENUM, F(model.pack), "none", 0, 0, "none|eot|segments",
      "packed sequences: documents from the shards' segments datasets or split at end-of-text in each row; "
      "attention stays in a document, positions restart, padding (segment 0) is not in the loss"},
     {"run.dir", KEY_PATH, F(run_dir), "runs/default", 0, 0, NULL, "run directory: config, metrics, checkpoints"},
@@ -159,7 +159,7 @@ static const key_spec schema[] = {
     {"backend.grad_reduce", KEY_ENUM, F(grad_reduce), "fp32", 0, 0, "fp32|bf16",
      "what the bucketed gradient allreduces (train.allreduce_bucket_mb) send: fp32, or bf16 for half the bytes "
      "(each bucket cast to bf16, summed so, cast back into the fp32 gradients; the sum rounds at every hop)"},
-    {"backend.comm", KEY_CHOICE, F(comm), "auto", 0, 0, "auto|nccl|mpi",
+    {"backend.comm", KEY_ENUM, F(comm), "auto", 0, 0, "auto|nccl|mpi",
      "cuda: collectives through NCCL (one GPU per rank) or MPI with host staging; auto = NCCL unless ranks share a GPU"},
 };
 #define KEYS (sizeof schema / sizeof schema[0])
@@ -590,10 +590,10 @@ static int check_architecture(const mtf_config *cfg, const char *src, mtf_error 
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.moe.experts is %lld, but the encoder-decoder "
                          "(model.architecture: encoder_decoder) has dense feed-forward layers only: set "
                          "model.moe.experts: 0 or use model.architecture: decoder", src, (long long)m->moe.experts);
-  if (strcmp(m->pack, "none") != 0)
+  if (m->pack != MTF_PACK_NONE)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.pack is '%s', but the encoder-decoder (model.architecture: "
                          "encoder_decoder) takes one example per row (docs/DATA.md, \"Seq2seq rows\"): set data.pack: "
-                         "none", src, m->pack);
+                         "none", src, mtf_config_choice_text("data.pack", m->pack));
   if (m->length < 2)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: model.length is %lld, but an encoder-decoder needs at least 2 "
                          "positions (a prompt and an answer token)", src, (long long)m->length);
@@ -601,7 +601,7 @@ static int check_architecture(const mtf_config *cfg, const char *src, mtf_error 
 }
 
 static int check_pack(const mtf_config *cfg, const char *src, mtf_error *err) {
-  int packed = strcmp(cfg->model.pack, "none") != 0;
+  int packed = cfg->model.pack != MTF_PACK_NONE;
   if (!packed && cfg->model.loss_skip_document_start)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.loss_skip_document_start needs documents: set data.pack to "
                          "eot or segments, or train.loss_skip_document_start: false", src);
@@ -682,7 +682,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.grad_reduce: bf16 is not implemented by the %s backend "
                          "(it sums gradients in fp32): use grad_reduce: fp32", src, cfg->backend);
   /* NCCL moves GPU memory; the host-memory backends' collectives are MPI's already. */
-  if (strcmp(cfg->comm, "nccl") == 0 && !caps->gpu)
+  if (cfg->comm == MTF_COMM_NCCL && !caps->gpu)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: backend.comm is nccl but backend.kind is '%s': NCCL needs "
                          "backend.kind: cuda (one GPU per rank); with %s use auto or mpi", src, cfg->backend, cfg->backend);
   /* The PJRT keys mean nothing to another backend: a config that sets them most likely meant pjrt. */

@@ -12,7 +12,9 @@
 
 #include "core/error.h"
 #include "core/layout.h"
+#include "comm/comm_mode.h"
 #include "core/shape.h"
+#include "io/pack_mode.h"
 
 #define MTF_CONFIG_TEXT 256
 #define MTF_CONFIG_PATH 512
@@ -66,7 +68,7 @@ typedef struct mtf_model_config {
   int shared_embeddings;            /* encoder_decoder: one embed/wte for encoder, decoder (and tied output) */
   /* data.pack (none | eot | segments) and train.loss_skip_document_start: set here because the model
    * builds the segment inputs, the attention mask and the loss from them (model/segments.h). */
-  char pack[MTF_CONFIG_TEXT];
+  mtf_pack_mode pack;
   int loss_skip_document_start;
 } mtf_model_config;
 
@@ -103,7 +105,7 @@ typedef struct mtf_config {
   int tf32;                      /* backend.tf32: cuda fp32 GEMMs may use TF32 tensor cores */
   mtf_number_kind precision;     /* backend.precision: fp32 | bf16 (the model's matmul operands) */
   mtf_number_kind grad_reduce;   /* backend.grad_reduce: fp32 | bf16 (the gradient buckets on the wire) */
-  char comm[MTF_CONFIG_TEXT];    /* backend.comm: auto|nccl|mpi, the collectives on device memory */
+  mtf_comm_mode comm;            /* backend.comm: auto|nccl|mpi, the collectives on device memory */
 } mtf_config;
 
 /* The text of an enum key's value (e.g. "model.activation", MTF_ACTIVATION_GELU -> "gelu"), for messages. */

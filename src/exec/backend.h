@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comm/comm_mode.h"
 #include "lower/plan.h"
 
 typedef struct mtf_backend mtf_backend;
@@ -39,13 +40,18 @@ static inline const mtf_shape *mtf_random_extent_shape(const mtf_step *st) {
   return st->extent_of_input0 ? &st->in_shape[0] : &st->out_shape;
 }
 
+/* The index in shape of the dim microbatches number as rows of the whole batch, or -1 (none, or 1 microbatch). */
+static inline int mtf_random_microbatch_dim(const mtf_shape *shape, const char *microbatch_dim, int microbatches) {
+  return microbatches > 1 && microbatch_dim ? mtf_shape_index_of(shape, microbatch_dim) : -1;
+}
+
 static inline void mtf_random_extent(const mtf_step *st, const mtf_kernel_args *a, int64_t *offsets, int64_t *dims) {
   const mtf_shape *shape = mtf_random_extent_shape(st);
   for (int d = 0; d < shape->rank; d++) {
     offsets[d] = st->offsets[d];
     dims[d] = st->global_dims[d];
   }
-  int d = a->microbatches > 1 && a->microbatch_dim ? mtf_shape_index_of(shape, a->microbatch_dim) : -1;
+  int d = mtf_random_microbatch_dim(shape, a->microbatch_dim, a->microbatches);
   if (d < 0) return;
   offsets[d] = offsets[d] * a->microbatches + (int64_t)a->microbatch * shape->dims[d].size;
   dims[d] *= a->microbatches;
@@ -81,9 +87,9 @@ struct mtf_backend {
   mtf_kernel_fn kernels[MTF_OP_COUNT]; /* a copy per instance (a test may wrap one) */
   void (*destroy)(mtf_backend *b);
   /* Optional, for memory the host cannot address: makes the communicator of collectives on this memory from
-   * the job's host communicator, for backend.comm `mode` ("auto", "nccl" or "mpi"); collective over host.
+   * the job's host communicator, for backend.comm `mode` (auto, nccl or mpi); collective over host.
    * The caller destroys it (exec/device_comm.h). NULL: host memory, where the host communicator serves. */
-  int (*device_comm)(mtf_backend *b, struct mtf_comm *host, const char *mode, struct mtf_comm **out, mtf_error *err);
+  int (*device_comm)(mtf_backend *b, struct mtf_comm *host, mtf_comm_mode mode, struct mtf_comm **out, mtf_error *err);
   /* NULL, or what the last failed kernel or memory call said (a device backend's driver message), which
    * the executor adds to its own. */
   const char *(*error_text)(mtf_backend *b);

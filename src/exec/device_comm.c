@@ -1,12 +1,6 @@
 #include "exec/device_comm.h"
 
-#include <string.h>
-
 #include "comm/staged_comm.h"
-
-int mtf_backend_comm_mode_valid(const char *mode) {
-  return !mode || !mode[0] || !strcmp(mode, "auto") || !strcmp(mode, "nccl") || !strcmp(mode, "mpi");
-}
 
 static int download(void *ctx, void *host_dst, const void *device_src, size_t bytes) {
   mtf_backend *b = ctx;
@@ -23,15 +17,14 @@ int mtf_backend_staged_comm(mtf_backend *b, mtf_comm *host, mtf_comm **out, mtf_
   return mtf_comm_staged_create(host, &staging, out, err);
 }
 
-int mtf_backend_step_comm(mtf_backend *b, mtf_comm *host, const char *mode, mtf_comm **out, int *owned,
+int mtf_backend_step_comm(mtf_backend *b, mtf_comm *host, mtf_comm_mode mode, mtf_comm **out, int *owned,
                           mtf_error *err) {
   *out = host;
   *owned = 0;
-  if (!mtf_backend_comm_mode_valid(mode))
-    return mtf_error_set(err, MTF_ERR_INVALID, "backend.comm '%s' is not one of %s", mode, MTF_BACKEND_COMM_MODES);
-  if (!mode || !mode[0]) mode = "auto";
+  if (mode != MTF_COMM_AUTO && mode != MTF_COMM_NCCL && mode != MTF_COMM_MPI)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend.comm: %d is not a mode (auto, nccl or mpi)", (int)mode);
   if (!b->device_comm) {
-    if (strcmp(mode, "nccl") == 0)
+    if (mode == MTF_COMM_NCCL)
       return mtf_error_set(err, MTF_ERR_INVALID, "backend.comm: nccl needs device memory (backend.kind: cuda); backend "
                            "'%s' computes in host memory and its collectives are MPI's: use auto or mpi", b->name);
     return MTF_OK;

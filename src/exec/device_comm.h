@@ -8,13 +8,8 @@
 #define MTF_EXEC_DEVICE_COMM_H
 
 #include "comm/comm.h"
+#include "comm/comm_mode.h"
 #include "exec/backend.h"
-
-/* "auto|nccl|mpi": the values of backend.comm. NULL or "" means auto. */
-#define MTF_BACKEND_COMM_MODES "auto|nccl|mpi"
-
-/* Whether mode is one of MTF_BACKEND_COMM_MODES (or NULL/""). */
-int mtf_backend_comm_mode_valid(const char *mode);
 
 /* host, staged through b's memory copies: collectives on b's memory run by host's (not collective). */
 int mtf_backend_staged_comm(mtf_backend *b, mtf_comm *host, mtf_comm **out, mtf_error *err);
@@ -22,7 +17,7 @@ int mtf_backend_staged_comm(mtf_backend *b, mtf_comm *host, mtf_comm **out, mtf_
 /* The communicator for collectives on b's memory, for backend.comm `mode`. Collective over host when b
  * has a device communicator (every rank of the mesh calls it in the same order). *owned = 1 when the
  * caller must destroy *out; otherwise *out is host. */
-int mtf_backend_step_comm(mtf_backend *b, mtf_comm *host, const char *mode, mtf_comm **out, int *owned,
+int mtf_backend_step_comm(mtf_backend *b, mtf_comm *host, mtf_comm_mode mode, mtf_comm **out, int *owned,
                           mtf_error *err);
 
 #endif

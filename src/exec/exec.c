@@ -300,26 +300,6 @@ static int input_buffer(const mtf_session *s, mtf_tensor t, mtf_dtype dtype, int
   return MTF_OK;
 }
 
-/* The host slice of a whole host tensor (dims by position). */
-static void host_slice(const mtf_shape *in_shape, const char *in, const mtf_shape *out_shape, const int64_t *offsets,
-                       char *out) {
-  int64_t in_strides[MTF_MAX_RANK], stride = 1, index[MTF_MAX_RANK] = {0};
-  for (int d = in_shape->rank - 1; d >= 0; d--) {
-    in_strides[d] = stride;
-    stride *= in_shape->dims[d].size;
-  }
-  int64_t n = mtf_shape_num_elements(out_shape);
-  for (int64_t e = 0; e < n; e++) {
-    int64_t src = 0;
-    for (int d = 0; d < out_shape->rank; d++) src += (index[d] + offsets[d]) * in_strides[d];
-    memcpy(out + e * ELEM, in + src * ELEM, ELEM);
-    for (int d = out_shape->rank - 1; d >= 0; d--) {
-      if (++index[d] < out_shape->dims[d].size) break;
-      index[d] = 0;
-    }
-  }
-}
-
 /* A program session does the rest of the call (the checks before it are common to both). */
 #define PROGRAM(call)                    \
   do {                                   \
@@ -332,13 +312,11 @@ static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mt
   PROGRAM(set_input(s->program, input, full, err));
   if (b < 0) return MTF_OK;
   const mtf_plan *p = s->plan;
-  int64_t offsets[MTF_MAX_RANK];
-  mtf_layout_slice_offset(&p->layouts[input], &p->mesh, p->coord, offsets);
   mtf_shape local = mtf_layout_slice_shape(&p->layouts[input], &p->mesh);
   size_t bytes = (size_t)mtf_shape_num_elements(&local) * ELEM;
   char *host = malloc(bytes + 1);
   if (!host) return mtf_error_set(err, MTF_ERR_NOMEM, "set_input: out of memory");
-  host_slice(&p->graph->nodes[input].shape, full, &local, offsets, host);
+  mtf_plan_slice_of_whole(p, input, full, host, ELEM);
   int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), host, bytes);
   free(host);
   return rc ? mtf_error_set(err, rc, "set_input: upload failed") : MTF_OK;

@@ -8,12 +8,6 @@
 
 #include "io/h5_checked.h"
 
-mtf_pack_mode mtf_pack_mode_of(const char *text) {
-  if (text && strcmp(text, "eot") == 0) return MTF_PACK_EOT;
-  if (text && strcmp(text, "segments") == 0) return MTF_PACK_SEGMENTS;
-  return MTF_PACK_NONE;
-}
-
 int mtf_shard_segments_probe(int64_t file, const char *path, int64_t num_tokens, int64_t *dataset_out,
                              mtf_error *err) {
   *dataset_out = -1;

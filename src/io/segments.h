@@ -16,16 +16,8 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "io/pack_mode.h"
 #include "io/shard.h"
-
-typedef enum mtf_pack_mode {
-  MTF_PACK_NONE = 0, /* windows of the token stream, no segments (a `segments` dataset is not read) */
-  MTF_PACK_EOT,      /* segments from the end-of-text ids of each row */
-  MTF_PACK_SEGMENTS  /* the shards' `segments` datasets (every shard must have one) */
-} mtf_pack_mode;
-
-/* data.pack's value ("none", "eot", "segments"); anything else is NONE (the config checked the choice). */
-mtf_pack_mode mtf_pack_mode_of(const char *text);
 
 /* Under mtf_hdf5_lock: looks for `segments` in an open shard file and checks it (1-D, as long as
  * `tokens`, an integer type that fits int32, storage in this file). *dataset is its hid_t, or -1 when the

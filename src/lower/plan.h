@@ -161,5 +161,8 @@ int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_dtype w
 /* initial_values.c: a variable's initial slice on plan's rank, on the host (mtf_plan_slice_elements floats):
  * each element from its global index, so every layout and backend starts from the same values. */
 void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
+/* The same rank's slice of node's whole host tensor (row-major, elements of elem_size bytes) into slice (as many
+ * elements as the slice has): how a whole input or variable from the caller reaches each rank. */
+void mtf_plan_slice_of_whole(const mtf_plan *p, int node, const void *whole, void *slice, size_t elem_size);
 
 #endif

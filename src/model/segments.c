@@ -4,7 +4,7 @@
 #include <string.h>
 
 int mtf_segments_enabled(const mtf_model_config *model) {
-  return model->pack[0] != '\0' && strcmp(model->pack, "none") != 0;
+  return model->pack != MTF_PACK_NONE;
 }
 
 mtf_segment_inputs mtf_segments_build(mtf_graph *g, const mtf_model_config *model, int64_t batch) {

@@ -31,7 +31,7 @@ int mtf_gen_engine_open(mtf_gen_engine *e, const mtf_config *cfg, int64_t rows, 
   int rc = MTF_OK;
   /* A prompt is one document: no segment inputs, whatever data.pack the model was trained with. */
   mtf_model_config model = cfg->model;
-  strcpy(model.pack, "none");
+  model.pack = MTF_PACK_NONE;
   if (cached) {
     rc = mtf_transformer_build_mode(e->g, &model, rows, 0.0f, MTF_MODE_PREFILL, &e->prefill, err);
     if (rc == MTF_OK) rc = mtf_transformer_build_mode(e->g, &model, rows, 0.0f, MTF_MODE_DECODE, &e->decode, err);

@@ -190,7 +190,7 @@ int mtf_run_open_loader(const mtf_run_state *st, const char *data, uint64_t seed
                              .vocab_limit = cfg->model.vocab,
                              .comm = st->comm,
                              .seq2seq = cfg->model.architecture == MTF_ARCHITECTURE_ENCODER_DECODER,
-                             .pack = mtf_pack_mode_of(cfg->model.pack)};
+                             .pack = cfg->model.pack};
   /* A model smaller than the shards' vocabulary is an error now, not at the first large id (which may be
    * hours into training). Every rank reads the same shard attributes, so all fail alike. */
   mtf_dataset dataset;

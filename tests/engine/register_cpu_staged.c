@@ -7,9 +7,9 @@
 #include "comm/comm.h"
 #include "exec/device_comm.h"
 
-static int staged_device_comm(mtf_backend *b, struct mtf_comm *host, const char *mode, struct mtf_comm **out,
+static int staged_device_comm(mtf_backend *b, struct mtf_comm *host, mtf_comm_mode mode, struct mtf_comm **out,
                               mtf_error *err) {
-  if (strcmp(mode, "nccl") == 0)
+  if (mode == MTF_COMM_NCCL)
     return mtf_error_set(err, MTF_ERR_INVALID, "backend.comm: nccl, but backend 'cpu-staged' has no GPU");
   return mtf_backend_staged_comm(b, host, out, err);
 }

@@ -156,10 +156,10 @@ int main(int argc, char **argv) {
     /* The session's choice on a host-memory backend: the host communicator itself; nccl refused. */
     mtf_comm *chosen = NULL;
     int owned = 1;
-    CHECK(mtf_backend_step_comm(backend, plain, "mpi", &chosen, &owned, &err) == MTF_OK && chosen == plain && !owned);
-    CHECK(mtf_backend_step_comm(backend, plain, "nccl", &chosen, &owned, &err) == MTF_ERR_INVALID);
+    CHECK(mtf_backend_step_comm(backend, plain, MTF_COMM_MPI, &chosen, &owned, &err) == MTF_OK && chosen == plain && !owned);
+    CHECK(mtf_backend_step_comm(backend, plain, MTF_COMM_NCCL, &chosen, &owned, &err) == MTF_ERR_INVALID);
     CHECK_CONTAINS(err.msg, "backend.comm: nccl needs device memory", "use auto or mpi");
-    CHECK(mtf_backend_step_comm(backend, plain, "ncc", &chosen, &owned, &err) == MTF_ERR_INVALID);
+    CHECK(mtf_backend_step_comm(backend, plain, (mtf_comm_mode)7, &chosen, &owned, &err) == MTF_ERR_INVALID);
   }
   CHECK(staged->device_memory && !plain->device_memory && staged->size == plain->size && staged->rank == plain->rank);
 

@@ -33,7 +33,7 @@ static void run_layout(const char *layout, const mtf_shape *mesh, mtf_comm *comm
   mtf_config_defaults(&cfg);
   mtf_model_config model = cfg.model;
   model.length = T;
-  snprintf(model.pack, sizeof model.pack, "segments");
+  model.pack = MTF_PACK_SEGMENTS;
   mtf_graph *g = mtf_graph_create(5);
   mtf_shape q_shape, k_shape, scores_shape;
   mtf_error err;

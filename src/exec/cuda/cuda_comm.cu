@@ -14,10 +14,10 @@ extern "C" {
 
 MTF_CUDA_BEGIN
 
-int mtf_cuda_device_comm(mtf_backend *b, mtf_comm *host, const char *mode, mtf_comm **out, mtf_error *err) {
+int mtf_cuda_device_comm(mtf_backend *b, mtf_comm *host, mtf_comm_mode mode, mtf_comm **out, mtf_error *err) {
   *out = NULL;
-  int nccl_required = strcmp(mode, "nccl") == 0;
-  if (strcmp(mode, "mpi") != 0) {
+  int nccl_required = mode == MTF_COMM_NCCL;
+  if (mode != MTF_COMM_MPI) {
 #ifdef MTF_CUDA_COMM_NCCL
     /* Collective and answered alike on every rank, so all take the same branch. */
     int shared = 0;

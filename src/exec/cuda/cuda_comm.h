@@ -11,7 +11,7 @@ MTF_CUDA_BEGIN
  * (an error naming the two ranks and the GPU when ranks share one, which NCCL refuses); "mpi": host
  * through host staging (the backend's download/upload); "auto": nccl unless ranks share a GPU or the build
  * has no NCCL (the emulator), then mpi, with a note on rank 0 when a GPU is shared. */
-int mtf_cuda_device_comm(mtf_backend *b, mtf_comm *host, const char *mode, mtf_comm **out, mtf_error *err);
+int mtf_cuda_device_comm(mtf_backend *b, mtf_comm *host, mtf_comm_mode mode, mtf_comm **out, mtf_error *err);
 
 MTF_CUDA_END
 

@@ -68,8 +68,6 @@ static int bdot(h_emitter *E, const att *a, int x, int y, int cl, int cr) {
   return h_dot_general(E, x, y, a->nb, bl, br, 1, lc, rc);
 }
 
-static int64_t get_offset(const mtf_step *st, void *arg) { return st->offsets[*(int *)arg]; }
-
 /* x as a bf16 product sees it: rounded to bfloat16 (XLA's conversion: nearest even, core/bf16.h's bits) where
  * `bf16`, else as it is. */
 static int operand(h_emitter *E, int x, int bf16) { return bf16 ? h_convert(E, h_convert(E, x, H_BF16), H_F32) : x; }
@@ -82,26 +80,15 @@ static int dropout_factors(h_emitter *E, const mtf_step *st, const att *a) {
   s.d[a->nb] = s.d[a->nb + 1] = a->L;
   /* the bias gradient's output lacks the bias's missing batch dims: its step's offsets are q's */
   const mtf_shape *os = mtf_random_extent_shape(st);
-  const h_shape scalar = {0, {0}};
-  int micro_dim = E->options.microbatches > 1 && E->options.microbatch_dim
-                      ? mtf_shape_index_of(os, E->options.microbatch_dim) : -1;
-  int64_t M = micro_dim >= 0 ? E->options.microbatches : 1;
   /* batch index b as in mtf_attention_mask_base: sum over batch dims of (b_d + offset_d) * stride_d */
   int index = h_splat_u64(E, 0, s);
   uint64_t stride = 1;
   for (int d = a->nb - 1; d >= 0; d--) {
-    int j = mtf_shape_index_of(os, a->batch.dims[d].name);
-    int64_t values[1024];
-    e_rank_values(E, get_offset, &j, values);
-    int off = h_rank_int(E, values);
-    if (j == micro_dim) {
-      int m = h_convert(E, E->microbatch, H_S64);
-      off = h_binop(E, "add", h_binop(E, "multiply", off, h_splat(E, (double)M, H_S64, scalar)),
-                    h_binop(E, "multiply", m, h_splat(E, (double)os->dims[j].size, H_S64, scalar)));
-    }
+    int64_t global_dim;
+    int off = e_random_extent(E, st, mtf_shape_index_of(os, a->batch.dims[d].name), &global_dim);
     int pos = h_binop(E, "add", h_iota(E, s, d, H_U64), h_broadcast_scalar(E, h_convert(E, off, H_U64), s));
     index = h_binop(E, "add", index, h_binop(E, "multiply", pos, h_splat_u64(E, stride, s)));
-    stride *= (uint64_t)(st->global_dims[j] * (j == micro_dim ? M : 1));
+    stride *= (uint64_t)global_dim;
   }
   int LL = h_splat_u64(E, (uint64_t)a->L, s);
   index = h_binop(E, "add", h_binop(E, "multiply", h_binop(E, "add", h_binop(E, "multiply", index, LL), h_iota(E, s, a->nb, H_U64)), LL),

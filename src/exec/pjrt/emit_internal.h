@@ -102,6 +102,10 @@ void e_rank_values(h_emitter *E, int64_t (*get)(const mtf_step *st, void *arg), 
 int e_fail(h_emitter *E, const mtf_step *st, const char *what);
 /* The current step's dim_offset on each rank, as a scalar s64 (emit_ops.c). */
 int e_rank_dim_offset(h_emitter *E);
+/* Along dim d of mtf_random_extent_shape(st): the global offset of this rank's slice (a scalar s64) and, in
+ * *global_dim, the dim's global size, as mtf_random_extent numbers them (under microbatches, rows of the
+ * whole batch) (emit_ops.c). */
+int e_random_extent(h_emitter *E, const mtf_step *st, int d, int64_t *global_dim);
 /* mtf_uniform01(seed, mtf_run_key(key, RANDOM_OFFSET), index) as f64, index a u64 tensor (emit_ops.c). */
 int e_uniform01(h_emitter *E, uint64_t seed, uint64_t key, int index);
 /* A unary function of the op table on x (f32), as the CPU kernel computes it (emit_ops.c). */

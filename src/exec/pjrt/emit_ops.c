@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/rng.h"
+#include "exec/backend.h"
 #include "exec/pjrt/emit_internal.h"
 #include "ops/einsum_dims.h"
 
@@ -186,28 +187,34 @@ int e_uniform01(h_emitter *E, uint64_t seed, uint64_t key, int index) {
                  h_splat(E, 1.0 / 9007199254740992.0, H_F64, s));
 }
 
+int e_random_extent(h_emitter *E, const mtf_step *st, int d, int64_t *global_dim) {
+  const mtf_shape *shape = mtf_random_extent_shape(st);
+  int M = E->options.microbatches;
+  int off = rank_offset(E, d);
+  *global_dim = st->global_dims[d];
+  if (d != mtf_random_microbatch_dim(shape, E->options.microbatch_dim, M)) return off;
+  *global_dim *= M;
+  int m = h_convert(E, E->microbatch, H_S64);
+  return h_binop(E, "add", h_binop(E, "multiply", off, h_splat(E, (double)M, H_S64, SCALAR)),
+                 h_binop(E, "multiply", m, h_splat(E, (double)shape->dims[d].size, H_S64, SCALAR)));
+}
+
 /* mtf_uniform01(seed, run key, global index) < keep, elementwise, as the CPU's random_keep with
  * mtf_random_extent's numbering (microbatches included). */
 static int random_keep(h_emitter *E, const mtf_step *st) {
   const mtf_shape *os = &st->out_shape;
   h_shape s = h_shape_of(os);
-  int micro_dim = E->options.microbatches > 1 && E->options.microbatch_dim
-                      ? mtf_shape_index_of(os, E->options.microbatch_dim) : -1;
-  int64_t M = micro_dim >= 0 ? E->options.microbatches : 1;
+  int offset[MTF_MAX_RANK];
   uint64_t strides[MTF_MAX_RANK], stride = 1;
   for (int d = os->rank - 1; d >= 0; d--) {
+    int64_t global_dim;
+    offset[d] = e_random_extent(E, st, d, &global_dim);
     strides[d] = stride;
-    stride *= (uint64_t)(st->global_dims[d] * (d == micro_dim ? M : 1));
+    stride *= (uint64_t)global_dim;
   }
   int index = h_splat_u64(E, 0, s);
   for (int d = 0; d < os->rank; d++) {
-    int off = rank_offset(E, d);
-    if (d == micro_dim) {
-      int m = h_convert(E, E->microbatch, H_S64);
-      off = h_binop(E, "add", h_binop(E, "multiply", off, h_splat(E, (double)M, H_S64, SCALAR)),
-                    h_binop(E, "multiply", m, h_splat(E, (double)os->dims[d].size, H_S64, SCALAR)));
-    }
-    int pos = h_binop(E, "add", h_iota(E, s, d, H_U64), h_broadcast_scalar(E, h_convert(E, off, H_U64), s));
+    int pos = h_binop(E, "add", h_iota(E, s, d, H_U64), h_broadcast_scalar(E, h_convert(E, offset[d], H_U64), s));
     index = h_binop(E, "add", index, h_binop(E, "multiply", pos, h_splat_u64(E, strides[d], s)));
   }
   int u = e_uniform01(E, st->seed, st->params.random.key, index);

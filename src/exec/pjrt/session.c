@@ -102,7 +102,6 @@ static int session_fetch(mtf_program_session *base, mtf_tensor t, void *full, mt
 
 static int session_write_variable(mtf_program_session *base, mtf_tensor var, const float *full, mtf_error *err) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
-  const mtf_graph *g = s->plans[0]->graph;
   int rc = MTF_OK;
   float *slice = NULL;
   for (int r = 0; rc == MTF_OK && r < s->n; r++) {
@@ -115,23 +114,7 @@ static int session_write_variable(mtf_program_session *base, mtf_tensor var, con
       break;
     }
     slice = grown;
-    int64_t offsets[MTF_MAX_RANK], strides[MTF_MAX_RANK], stride = 1, index[MTF_MAX_RANK] = {0};
-    mtf_layout_slice_offset(layout, &plan->mesh, plan->coord, offsets);
-    const mtf_shape *global = &g->nodes[var].shape;
-    for (int d = global->rank - 1; d >= 0; d--) {
-      strides[d] = stride;
-      stride *= global->dims[d].size;
-    }
-    int64_t n = mtf_shape_num_elements(&local);
-    for (int64_t e = 0; e < n; e++) {
-      int64_t at = 0;
-      for (int d = 0; d < local.rank; d++) at += (index[d] + offsets[d]) * strides[d];
-      slice[e] = full[at];
-      for (int d = local.rank - 1; d >= 0; d--) {
-        if (++index[d] < local.dims[d].size) break;
-        index[d] = 0;
-      }
-    }
+    mtf_plan_slice_of_whole(plan, var, full, slice, sizeof(float));
     rc = mtf_pjrt_program_write_variable(s->program, r, var, slice, err);
   }
   free(slice);
