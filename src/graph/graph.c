@@ -1,5 +1,6 @@
-/* Graph storage, error handling, inspection and the builders of sources and shape changes. Every node is
- * added through mtf_graph_add_op, which asks the op's table entry to validate it. */
+/* Graph storage, error handling, inspection, and the named sources (inputs and variables, which the graph
+ * indexes by name). Every node is added through mtf_graph_add_op, which asks the op's table entry to validate
+ * it; the builders of the other ops live beside their entries in src/ops. */
 #include "graph/graph.h"
 
 #include <math.h>
@@ -219,51 +220,6 @@ int mtf_recompute_begin(mtf_graph *g) {
 }
 
 void mtf_recompute_end(mtf_graph *g) { g->current_block = 0; }
-
-mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value) {
-  mtf_op_params p = {.constant = {value}};
-  return mtf_graph_add_op(g, MTF_OP_CONSTANT, 0, NULL, &p, shape);
-}
-
-mtf_tensor mtf_range(mtf_graph *g, const mtf_dim *dim) {
-  mtf_shape shape = {0};
-  shape.rank = 1;
-  shape.dims[0] = *dim;
-  return mtf_graph_add_op(g, MTF_OP_RANGE, 0, NULL, NULL, &shape);
-}
-
-mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim) {
-  if (!mtf_graph_check(g, x, "rename")) return MTF_NO_TENSOR;
-  mtf_shape shape = g->nodes[x].shape;
-  int i = mtf_shape_index_of(&shape, old_dim);
-  if (i < 0) return mtf_graph_fail(g, MTF_ERR_INVALID, "rename of '%s': it has no dimension '%s'", g->nodes[x].name, old_dim);
-  if (mtf_shape_has(&shape, new_dim) || !mtf_name_is_valid(new_dim))
-    return mtf_graph_fail(g, MTF_ERR_INVALID, "rename of '%s': '%s' is already a dimension or not a valid name",
-                          g->nodes[x].name, new_dim);
-  snprintf(shape.dims[i].name, sizeof shape.dims[i].name, "%s", new_dim);
-  return mtf_reshape(g, x, &shape);
-}
-
-mtf_tensor mtf_replace_dimensions(mtf_graph *g, mtf_tensor x, const mtf_shape *old_dims, const mtf_shape *new_dims) {
-  if (!mtf_graph_check(g, x, "replace_dimensions")) return MTF_NO_TENSOR;
-  const mtf_shape *shape = &g->nodes[x].shape;
-  int start = old_dims->rank ? mtf_shape_index_of(shape, old_dims->dims[0].name) : -1;
-  for (int i = 0; start >= 0 && i < old_dims->rank; i++)
-    if (start + i >= shape->rank || strcmp(shape->dims[start + i].name, old_dims->dims[i].name) != 0) start = -1;
-  if (start < 0)
-    return mtf_graph_fail(g, MTF_ERR_INVALID, "replace_dimensions of '%s': the old dims are not a contiguous run of it",
-                          g->nodes[x].name);
-  mtf_shape out;
-  memset(&out, 0, sizeof out);
-  mtf_error err;
-  int rc = MTF_OK;
-  for (int i = 0; i < start && !rc; i++) rc = mtf_shape_append(&out, shape->dims[i].name, shape->dims[i].size, &err);
-  for (int i = 0; i < new_dims->rank && !rc; i++) rc = mtf_shape_append(&out, new_dims->dims[i].name, new_dims->dims[i].size, &err);
-  for (int i = start + old_dims->rank; i < shape->rank && !rc; i++)
-    rc = mtf_shape_append(&out, shape->dims[i].name, shape->dims[i].size, &err);
-  if (rc) return mtf_graph_fail(g, rc, "replace_dimensions of '%s': %s", g->nodes[x].name, err.msg);
-  return mtf_reshape(g, x, &out);
-}
 
 int mtf_assign(mtf_graph *g, mtf_tensor var, mtf_tensor value) {
   if (!mtf_graph_check(g, var, "assign") || !mtf_graph_check(g, value, "assign")) return g->error.code;

@@ -281,6 +281,18 @@ static void range_reference(const mtf_ref_args *a) {
 
 const mtf_op_def mtf_op_range = {"range", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, range_reference, 0, 0, 0, 0};
 
+mtf_tensor mtf_constant(mtf_graph *g, const mtf_shape *shape, float value) {
+  mtf_op_params p = {.constant = {value}};
+  return mtf_graph_add_op(g, MTF_OP_CONSTANT, 0, NULL, &p, shape);
+}
+
+mtf_tensor mtf_range(mtf_graph *g, const mtf_dim *dim) {
+  mtf_shape shape = {0};
+  shape.rank = 1;
+  shape.dims[0] = *dim;
+  return mtf_graph_add_op(g, MTF_OP_RANGE, 0, NULL, NULL, &shape);
+}
+
 mtf_tensor mtf_broadcast(mtf_graph *g, mtf_tensor x, const mtf_shape *output_shape) {
   return mtf_graph_add_op(g, MTF_OP_BROADCAST, 1, &x, NULL, output_shape);
 }

@@ -51,6 +51,39 @@ static void copy_reference(const mtf_ref_args *a) {
 const mtf_op_def mtf_op_reshape = {"reshape", MTF_DIM_NONE, reshape_infer, reshape_gradient, mtf_lower_reshape, NULL, NULL,
                                    copy_reference, 1, 0, 0, 0};
 
+mtf_tensor mtf_rename(mtf_graph *g, mtf_tensor x, const char *old_dim, const char *new_dim) {
+  if (!mtf_graph_check(g, x, "rename")) return MTF_NO_TENSOR;
+  mtf_shape shape = g->nodes[x].shape;
+  int i = mtf_shape_index_of(&shape, old_dim);
+  if (i < 0) return mtf_graph_fail(g, MTF_ERR_INVALID, "rename of '%s': it has no dimension '%s'", g->nodes[x].name, old_dim);
+  if (mtf_shape_has(&shape, new_dim) || !mtf_name_is_valid(new_dim))
+    return mtf_graph_fail(g, MTF_ERR_INVALID, "rename of '%s': '%s' is already a dimension or not a valid name",
+                          g->nodes[x].name, new_dim);
+  snprintf(shape.dims[i].name, sizeof shape.dims[i].name, "%s", new_dim);
+  return mtf_reshape(g, x, &shape);
+}
+
+mtf_tensor mtf_replace_dimensions(mtf_graph *g, mtf_tensor x, const mtf_shape *old_dims, const mtf_shape *new_dims) {
+  if (!mtf_graph_check(g, x, "replace_dimensions")) return MTF_NO_TENSOR;
+  const mtf_shape *shape = &g->nodes[x].shape;
+  int start = old_dims->rank ? mtf_shape_index_of(shape, old_dims->dims[0].name) : -1;
+  for (int i = 0; start >= 0 && i < old_dims->rank; i++)
+    if (start + i >= shape->rank || strcmp(shape->dims[start + i].name, old_dims->dims[i].name) != 0) start = -1;
+  if (start < 0)
+    return mtf_graph_fail(g, MTF_ERR_INVALID, "replace_dimensions of '%s': the old dims are not a contiguous run of it",
+                          g->nodes[x].name);
+  mtf_shape out;
+  memset(&out, 0, sizeof out);
+  mtf_error err;
+  int rc = MTF_OK;
+  for (int i = 0; i < start && !rc; i++) rc = mtf_shape_append(&out, shape->dims[i].name, shape->dims[i].size, &err);
+  for (int i = 0; i < new_dims->rank && !rc; i++) rc = mtf_shape_append(&out, new_dims->dims[i].name, new_dims->dims[i].size, &err);
+  for (int i = start + old_dims->rank; i < shape->rank && !rc; i++)
+    rc = mtf_shape_append(&out, shape->dims[i].name, shape->dims[i].size, &err);
+  if (rc) return mtf_graph_fail(g, rc, "replace_dimensions of '%s': %s", g->nodes[x].name, err.msg);
+  return mtf_reshape(g, x, &out);
+}
+
 mtf_tensor mtf_stop_gradient(mtf_graph *g, mtf_tensor x) {
   return mtf_graph_add_op(g, MTF_OP_STOP_GRADIENT, 1, &x, NULL, NULL);
 }
