@@ -57,6 +57,15 @@ static inline void mtf_random_extent(const mtf_step *st, const mtf_kernel_args *
   dims[d] *= a->microbatches;
 }
 
+enum {
+  MTF_FUSES_MOMENTS = 1u << 0,       /* adam_update with fused_moments: the slots' moving averages in its pass */
+  MTF_FUSES_GRAD_NORM = 1u << 1,     /* adam_update with squares_out: its gradient's sum of squares too */
+  MTF_FUSES_XENT_LOSS = 1u << 2,     /* softmax_cross_entropy_grad with xent_loss: reads or writes the row loss */
+  MTF_FUSES_SCATTER_BASE = 1u << 3,  /* scatter_add with scatter_base: adds its rows into another term */
+  MTF_FUSES_PRODUCT_ADD = 1u << 4,   /* accumulate: a kernel adds its result into its output buffer */
+  MTF_FUSES_ALL = (1u << 5) - 1
+};
+
 /* Runs step->op (in step->phase) on local slices. Returns MTF_OK or an error code. */
 typedef int (*mtf_kernel_fn)(mtf_backend *b, const mtf_step *step, const mtf_kernel_args *args);
 
@@ -97,6 +106,10 @@ struct mtf_backend {
    * adam_update writes the bfloat16 weight copy (mtf_plan_options.bf16_weight_copies, mtf_kernel_args): a
    * session refuses a plan that has them on a backend without. */
   int bf16_storage;
+  /* The plan fusions (mtf_plan_options: lower/fuse_*.c) whose fused steps its kernels honour, MTF_FUSES_* bits: a
+   * session refuses a plan with a fused step its backend does not (the run layer asks for fuse_optimizer on every
+   * kind that runs step by step, and for the others where the registry entry has `host_fusions`). */
+  unsigned plan_fusions;
   /* Optional: how it multiplies bfloat16 operands (the backend line of a bf16 run). */
   const char *(*bf16_text)(mtf_backend *b);
   /* Optional, for MTF_PROFILE on a device whose kernels run after their launch returns (the host clock would

@@ -157,8 +157,24 @@ nomem: {
 }
 }
 
-/* supports_op: every kernel step of the plan (and the cast a bf16 weight copy needs) has a kernel on this backend,
- * checked when the session is made rather than found missing in the middle of a step. */
+/* The plan fusions a kernel step needs its kernel to honour (MTF_FUSES_* bits). */
+static unsigned step_fusions(const mtf_step *st) {
+  return (st->fused_moments ? MTF_FUSES_MOMENTS : 0) | (st->squares_out > 0 ? MTF_FUSES_GRAD_NORM : 0) |
+         (st->xent_loss > 0 ? MTF_FUSES_XENT_LOSS : 0) | (st->scatter_base > 0 ? MTF_FUSES_SCATTER_BASE : 0) |
+         (st->accumulate ? MTF_FUSES_PRODUCT_ADD : 0);
+}
+
+/* The mtf_plan_options field that makes the lowest of these bits. */
+static const char *fusion_option(unsigned bits) {
+  return bits & MTF_FUSES_MOMENTS      ? "fuse_optimizer"
+         : bits & MTF_FUSES_GRAD_NORM  ? "fuse_grad_norm"
+         : bits & MTF_FUSES_XENT_LOSS  ? "xent_grad_from_loss"
+         : bits & MTF_FUSES_SCATTER_BASE ? "fuse_scatter_add"
+                                         : "fuse_product_add";
+}
+
+/* supports_op: every kernel step of the plan (and the cast a bf16 weight copy needs) has a kernel on this backend
+ * that honours the step's fusions, checked when the session is made rather than found wrong in a step. */
 static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error *err) {
   for (int i = 0; i < plan->n_steps; i++) {
     const mtf_step *st = &plan->steps[i];
@@ -166,9 +182,19 @@ static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error 
     /* a weight copy written after a kernel or a copy is the cast's (write_weight_copy); adam_update writes its own */
     int casts_copy = st->bf16_copy > 0 && !(st->kind == MTF_STEP_KERNEL && st->op == MTF_OP_ADAM_UPDATE);
     mtf_op_kind op;
-    if (st->kind == MTF_STEP_KERNEL && !be->kernels[st->op]) op = st->op;
-    else if (casts_copy && !be->kernels[MTF_OP_CAST]) op = MTF_OP_CAST;
-    else continue;
+    if (st->kind == MTF_STEP_KERNEL && !be->kernels[st->op]) {
+      op = st->op;
+    } else if (casts_copy && !be->kernels[MTF_OP_CAST]) {
+      op = MTF_OP_CAST;
+    } else {
+      unsigned missing = st->kind == MTF_STEP_KERNEL ? step_fusions(st) & ~be->plan_fusions : 0;
+      if (missing)
+        return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' does not run the fused step %d of the plan (op '%s', "
+                             "mtf_plan_options.%s): make the plan without that fusion for it, or implement it in the "
+                             "backend's kernel and set the bit in its plan_fusions", be->name, i,
+                             mtf_op(st->op)->name, fusion_option(missing));
+      continue;
+    }
     return mtf_error_set(err, MTF_ERR_INVALID, "backend '%s' has no kernel for op '%s' (step %d of the plan): it "
                          "cannot run this plan; add the kernel to the backend's table, or run on a backend that has "
                          "it (test_backend_conformance --backend %s lists what it runs)", be->name,

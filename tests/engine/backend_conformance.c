@@ -295,8 +295,10 @@ int main(int argc, char **argv) {
   snprintf(kinds, sizeof kinds, "%s", only_backend ? only_backend : mtf_backend_kinds());
   for (char *save = NULL, *kind = strtok_r(kinds, ", ", &save); kind; kind = strtok_r(NULL, ", ", &save))
   {
-    /* pjrt runs whole programs, not plan steps through kernels: its conformance test is pjrt_conformance.c. */
-    if (strcmp(kind, "pjrt") == 0) continue;
+    /* A kind that runs whole programs (pjrt), not plan steps through kernels, has its own driver of these
+     * cases: pjrt_conformance.c. */
+    const mtf_backend_caps *caps = mtf_backend_capabilities(kind);
+    if (caps && caps->one_program) continue;
     /* A backend whose device is absent here (cuda on a machine without a GPU) is listed as skipped, with the
      * reason; asked for by --backend, it is a failure instead. */
     mtf_backend_options probe = {.kind = kind, .device = MTF_DEVICE_FROM_LOCAL_RANK};

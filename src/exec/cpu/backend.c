@@ -100,6 +100,7 @@ int mtf_cpu_backend_create(int threads, mtf_backend **out, mtf_error *err) {
   b->destroy = cpu_destroy;
   b->bf16_text = cpu_bf16_text;
   b->bf16_storage = 1;
+  b->plan_fusions = MTF_FUSES_ALL;
   mtf_cpu_register_elementwise(b->kernels);
   mtf_cpu_register_einsum(b->kernels);
   mtf_cpu_register_fused(b->kernels);

@@ -346,6 +346,7 @@ extern "C" int mtf_cuda_backend_create(const mtf_backend_options *options, mtf_b
   b->error_text = cuda_error_text;
   b->device_comm = mtf_cuda_device_comm; /* collectives on device memory: NCCL or staged MPI (cuda_comm.cu) */
   b->bf16_storage = 1; /* the kernels read and write bf16-stored activations; adam_update writes weight copies */
+  b->plan_fusions = MTF_FUSES_MOMENTS; /* k_optimizer.cu; the others are the cpu's (host_fusions) */
   b->profile_mark = cuda_profile_mark;
   b->profile_seconds = cuda_profile_seconds;
   b->ctx = c;
