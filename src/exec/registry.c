@@ -5,7 +5,7 @@
 
 #include "exec/backend.h"
 #include "exec/cpu/bf16.h"
-#include "exec/program_session.h"
+#include "exec/session_impl.h"
 #ifdef MTF_HAVE_PJRT
 #include "exec/pjrt/pjrt_backend.h"
 #include "exec/pjrt/session.h"
@@ -18,7 +18,7 @@ typedef struct backend_entry {
   int (*create)(const mtf_backend_options *options, mtf_backend **out, mtf_error *err);
   int (*describe)(const mtf_backend_options *o, long mesh_devices, int processes, char *out, size_t cap,
                   mtf_error *err);
-  mtf_program_session_create_fn program_session; /* caps.one_program: its sessions (exec/program_session.h) */
+  mtf_program_session_create_fn program_session; /* caps.one_program: its sessions (exec/session_impl.h) */
 } backend_entry;
 
 static int create_cpu(const mtf_backend_options *options, mtf_backend **out, mtf_error *err) {
@@ -132,7 +132,7 @@ int mtf_backend_create(const mtf_backend_options *options, mtf_backend **out, mt
 }
 
 int mtf_backend_program_session_create(const char *kind, mtf_plan *const *device_plans, int n_devices,
-                                       const mtf_program_session_options *options, mtf_program_session **out,
+                                       const mtf_program_session_options *options, mtf_session_impl **out,
                                        mtf_error *err) {
   *out = NULL;
   const backend_entry *entry = find(kind, err);

@@ -1,7 +1,7 @@
 /* A whole program on PJRT devices: the per-rank plans of one graph, mesh and layout, emitted as ONE SPMD
  * StableHLO module (emit.h), compiled once for the mesh's devices (device d runs mesh rank d) and run
- * once per step. This is what a session on backend.kind pjrt computes with, instead of the step-by-step
- * executor of exec.c:
+ * once per step. This is what a session on backend.kind pjrt computes with, instead of the step
+ * executor (exec/steps.c):
  *   - variables (and optimizer state) live on the devices as buffers, carried from run to run: a result
  *     that replaces a variable (the module's alias) becomes that variable's buffer, its old buffer being
  *     donated to the run; variables the program only reads stay as they are;

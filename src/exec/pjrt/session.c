@@ -1,4 +1,4 @@
-/* The pjrt backend's program session (see session.h): exec/program_session.h's interface. */
+/* The pjrt backend's program session (see session.h): exec/session_impl.h's interface. */
 #include "exec/pjrt/session.h"
 
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 typedef struct mtf_pjrt_session {
-  mtf_program_session base; /* first: the interface the executor calls */
+  mtf_session_impl base; /* first: the interface the executor calls */
   mtf_pjrt_runtime *rt;
   int owns_runtime;
   mtf_plan **plans;
@@ -14,11 +14,11 @@ typedef struct mtf_pjrt_session {
   mtf_pjrt_program *program;
 } mtf_pjrt_session;
 
-static void session_destroy(mtf_program_session *base);
-static const mtf_program_session_ops pjrt_session_ops;
+static void session_destroy(mtf_session_impl *base);
+static const mtf_session_impl_ops pjrt_session_ops;
 
 int mtf_pjrt_program_session_create(mtf_plan *const *device_plans, int n_devices,
-                                    const mtf_program_session_options *options, mtf_program_session **out,
+                                    const mtf_program_session_options *options, mtf_session_impl **out,
                                     mtf_error *err) {
   *out = NULL;
   const char *plugin = options ? options->plugin : NULL;
@@ -75,7 +75,7 @@ int mtf_pjrt_program_session_create(mtf_plan *const *device_plans, int n_devices
   return MTF_OK;
 }
 
-static void session_destroy(mtf_program_session *base) {
+static void session_destroy(mtf_session_impl *base) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   if (!s) return;
   mtf_pjrt_program_destroy(s->program);
@@ -84,23 +84,23 @@ static void session_destroy(mtf_program_session *base) {
   free(s);
 }
 
-static int session_set_input(mtf_program_session *base, mtf_tensor input, const void *full, mtf_error *err) {
+static int session_set_input(mtf_session_impl *base, mtf_tensor input, const void *full, mtf_error *err) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   return mtf_pjrt_program_set_input(s->program, input, full, err);
 }
 
-static int session_run(mtf_program_session *base, uint64_t random_offset, mtf_error *err) {
+static int session_run(mtf_session_impl *base, uint64_t random_offset, mtf_error *err) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   mtf_pjrt_program_set_random_offset(s->program, random_offset);
   return mtf_pjrt_program_run(s->program, err);
 }
 
-static int session_fetch(mtf_program_session *base, mtf_tensor t, void *full, mtf_error *err) {
+static int session_read(mtf_session_impl *base, mtf_tensor t, void *full, mtf_error *err) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   return mtf_pjrt_program_fetch(s->program, t, full, err);
 }
 
-static int session_write_variable(mtf_program_session *base, mtf_tensor var, const float *full, mtf_error *err) {
+static int session_write_variable(mtf_session_impl *base, mtf_tensor var, const float *full, mtf_error *err) {
   mtf_pjrt_session *s = (mtf_pjrt_session *)base;
   int rc = MTF_OK;
   float *slice = NULL;
@@ -121,16 +121,26 @@ static int session_write_variable(mtf_program_session *base, mtf_tensor var, con
   return rc;
 }
 
-static int session_devices(const mtf_program_session *base) { return ((const mtf_pjrt_session *)base)->n; }
-static int session_threads(const mtf_program_session *base) {
+static int session_set_microbatch(mtf_session_impl *base, const char *dim, int index, int count, mtf_error *err) {
+  (void)dim, (void)index;
+  if (count > 1)
+    return mtf_error_set(err, MTF_ERR_INVALID, "backend %s: train.microbatches > 1 is not supported yet (the "
+                         "program is compiled once, without the microbatch numbering of random ops); use 1",
+                         base->kind);
+  return MTF_OK;
+}
+
+static int session_devices(const mtf_session_impl *base) { return ((const mtf_pjrt_session *)base)->n; }
+static int session_threads(const mtf_session_impl *base) {
   return mtf_pjrt_threads(((const mtf_pjrt_session *)base)->rt);
 }
 
-static const mtf_program_session_ops pjrt_session_ops = {
+static const mtf_session_impl_ops pjrt_session_ops = {
     .destroy = session_destroy,
     .set_input = session_set_input,
     .run = session_run,
-    .fetch = session_fetch,
+    .read = session_read,
+    .set_microbatch = session_set_microbatch,
     .write_variable = session_write_variable,
     .devices = session_devices,
     .threads = session_threads,

@@ -1,7 +1,8 @@
-/* The executor: owns a plan's memory on one rank, in its backend, and runs the plan's steps in order:
- * kernels through the backend's kernel table, collectives through the communicator. Every step carries
- * its own parameters, so nothing here reads the graph while running. Host data (initial values, inputs,
- * fetches) crosses into backend memory only through upload and download. */
+/* The step executor (exec/steps.h), one implementation of exec/session_impl.h: owns a plan's memory on one rank,
+ * in its backend, and runs the plan's steps in order: kernels through the backend's kernel table, collectives
+ * through the communicator. Every step carries its own parameters, so nothing here reads the graph while
+ * running. Host data (initial values, inputs, reads) crosses into backend memory only through upload and
+ * download. The caller (exec/session.c) has checked the tensors it hands over against the plan. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,10 +14,12 @@
 #include "exec/backend.h"
 #include "exec/device_comm.h"
 #include "exec/profile.h"
-#include "exec/program_session.h"
+#include "exec/session_impl.h"
+#include "exec/steps.h"
 #include "ops/op_def.h"
 
-struct mtf_session {
+typedef struct step_session {
+  mtf_session_impl base; /* first: the interface exec/session.c calls */
   mtf_plan *plan;
   mtf_comm *comm; /* the job's, on host memory: fetches and what the caller does with it */
   /* The collective steps' on backend memory: comm itself on a host-memory backend, else the backend's device
@@ -25,8 +28,7 @@ struct mtf_session {
   int owns_step_comm;
   mtf_backend *backend;
   int owns_backend;
-  struct mtf_session *owner; /* the session whose variables (and backend) this one shares, or NULL */
-  int borrowers;             /* sessions sharing this one's variables */
+  struct step_session *owner; /* the session whose variables (and backend) this one shares, or NULL */
   mtf_session_options options;
   char *arena;
   void **variables; /* by storage slot */
@@ -42,25 +44,29 @@ struct mtf_session {
   int microbatch, microbatches;
   int64_t allocated_bytes;
   mtf_profile *profile; /* MTF_PROFILE=1, else NULL */
-  /* A backend that runs the whole mesh as one program (pjrt; mtf_session_create_spmd): plan is then the
-   * one-rank host plan, and the functions below hand their whole tensors to it. NULL: the step executor. */
-  mtf_program_session *program;
   /* bfloat16 weight copies (lower/weight_copies.c). The owner of the variables counts the writes to them
    * (variables_version: every run of a session sharing them and every write from outside); a session whose
    * plan's optimizer writes copies knows at which count it wrote them (copies_version, 0: never) and skips
    * the weights' casts while nothing else has written the variables since. */
   uint64_t variables_version, copies_version;
-};
+} step_session;
+
+static const mtf_session_impl_ops step_ops;
+
+/* The step executor behind an implementation, or NULL for another kind of session. */
+static step_session *steps_of(const mtf_session_impl *impl) {
+  return impl && impl->ops == &step_ops ? (step_session *)impl : NULL;
+}
 
 /* The session that allocated the variables: a session may share those of one that shares another's. */
-static mtf_session *variables_owner(mtf_session *s) {
+static step_session *variables_owner(step_session *s) {
   while (s->owner) s = s->owner;
   return s;
 }
 
 #define ELEM 4 /* float32 and int32: variables, inputs and what the host reads and writes */
 
-static void *buffer_data(const mtf_session *s, int buffer) {
+static void *buffer_data(const step_session *s, int buffer) {
   const mtf_buffer *b = &s->plan->buffers[buffer];
   switch (b->kind) {
     case MTF_BUF_ARENA: return s->arena + b->offset * MTF_ARENA_WORD;
@@ -70,7 +76,7 @@ static void *buffer_data(const mtf_session *s, int buffer) {
   return NULL;
 }
 
-static int build_poison_lists(mtf_session *s) {
+static int build_poison_lists(step_session *s) {
   const mtf_plan *p = s->plan;
   s->poison_start = calloc((size_t)p->n_steps + 2, sizeof(int));
   s->poison_list = malloc(sizeof(int) * ((size_t)p->n_buffers + 1));
@@ -92,10 +98,10 @@ static int build_poison_lists(mtf_session *s) {
   return MTF_OK;
 }
 
-static int allocate_storage(mtf_session *s, mtf_error *err) {
+static int allocate_storage(step_session *s, mtf_error *err) {
   mtf_plan *plan = s->plan;
   mtf_backend *be = s->backend;
-  const mtf_session *other = s->options.share_variables_with;
+  const step_session *other = s->owner;
   s->arena = be->mem->allocate(be, (size_t)plan->arena_elements * MTF_ARENA_WORD);
   s->allocated_bytes = plan->arena_elements * (int64_t)MTF_ARENA_WORD;
   s->variables = calloc((size_t)plan->n_variables + 1, sizeof(void *));
@@ -203,19 +209,19 @@ static int check_kernels(const mtf_plan *plan, const mtf_backend *be, mtf_error 
   return MTF_OK;
 }
 
-int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session **out,
-                       mtf_error *err) {
+static void steps_destroy(mtf_session_impl *impl);
+
+int mtf_steps_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options *options, mtf_session_impl *share,
+                     mtf_session_impl **out, mtf_error *err) {
   *out = NULL;
-  if (!mtf_shape_equal(&comm->mesh, &plan->mesh) || comm->rank != plan->mesh_rank)
-    return mtf_error_set(err, MTF_ERR_INVALID, "session: the plan was made for rank %d of another mesh than the "
-                         "communicator's (rank %d)", plan->mesh_rank, comm->rank);
-  mtf_session_options opts = {0};
-  if (options) opts = *options;
-  const mtf_session *other = opts.share_variables_with;
-  if (other && (other->plan->graph != plan->graph || !mtf_shape_equal(&other->plan->mesh, &plan->mesh)))
-    return mtf_error_set(err, MTF_ERR_INVALID, "session: variables can only be shared between plans of one graph and mesh");
-  mtf_session *s = calloc(1, sizeof *s);
+  mtf_session_options opts = *options;
+  step_session *other = steps_of(share);
+  if (share && !other)
+    return mtf_error_set(err, MTF_ERR_INVALID, "session: a session that runs its plan step by step shares variables "
+                         "only with another such session, not with one on backend '%s'", share->kind);
+  step_session *s = calloc(1, sizeof *s);
   if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "session: out of memory");
+  s->base.ops = &step_ops;
   s->plan = plan;
   s->comm = comm;
   s->options = opts;
@@ -228,8 +234,7 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
                            "backend '%s'", kind, other->backend->name);
     }
     s->backend = other->backend; /* variables live in its memory */
-    s->owner = (mtf_session *)other;
-    s->owner->borrowers++;
+    s->owner = other;
   } else {
     mtf_backend_options backend_options = {.kind = opts.backend, .threads = opts.threads, .plugin = opts.plugin,
                                            .local_devices = opts.local_devices,
@@ -242,12 +247,13 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     }
     s->owns_backend = 1;
   }
+  s->base.kind = s->backend->name;
   if (other) {
     s->step_comm = other->step_comm;
   } else {
     rc = mtf_backend_step_comm(s->backend, comm, opts.comm, &s->step_comm, &s->owns_step_comm, err);
     if (rc) {
-      mtf_session_destroy(s);
+      steps_destroy(&s->base);
       return rc;
     }
   }
@@ -255,37 +261,32 @@ int mtf_session_create(mtf_plan *plan, mtf_comm *comm, const mtf_session_options
     rc = mtf_error_set(err, MTF_ERR_INVALID, "the plan stores %d activations as bfloat16 (mtf_plan_options.bf16_storage), "
                        "which backend '%s' does not read or write; make the plan without bf16_storage for it",
                        plan->stats.bf16_values, s->backend->name);
-    mtf_session_destroy(s);
+    steps_destroy(&s->base);
     return rc;
   }
   if (plan->stats.bf16_weight_copies > 0 && !s->backend->bf16_storage) {
     rc = mtf_error_set(err, MTF_ERR_INVALID, "the plan's optimizer writes bfloat16 copies of %d weights "
                        "(mtf_plan_options.bf16_weight_copies), which backend '%s' does not; make the plan without "
                        "bf16_weight_copies for it", plan->stats.bf16_weight_copies, s->backend->name);
-    mtf_session_destroy(s);
+    steps_destroy(&s->base);
     return rc;
   }
   rc = check_kernels(plan, s->backend, err);
   if (rc == MTF_OK) rc = allocate_storage(s, err);
   if (rc) {
-    mtf_session_destroy(s);
+    steps_destroy(&s->base);
     return rc;
   }
   s->profile = mtf_profile_from_env();
-  *out = s;
+  *out = &s->base;
   return MTF_OK;
 }
 
-void mtf_session_destroy(mtf_session *s) {
+
+/* The caller (exec/session.c) destroys the sessions sharing this one's variables first. */
+static void steps_destroy(mtf_session_impl *impl) {
+  step_session *s = steps_of(impl);
   if (!s) return;
-  if (s->borrowers > 0) {
-    /* Their variables and backend are this session's memory: destroying it first would leave them dangling. */
-    fprintf(stderr, "mtf: mtf_session_destroy: %d session(s) still share this session's variables; destroy them "
-            "first\n", s->borrowers);
-    abort();
-  }
-  if (s->owner) s->owner->borrowers--;
-  if (s->program) s->program->ops->destroy(s->program);
   if (s->profile && s->comm->rank == 0) {
     char title[96];
     snprintf(title, sizeof title, "session of %d steps on rank 0 of %d", s->plan->n_steps, s->comm->size);
@@ -314,75 +315,27 @@ void mtf_session_destroy(mtf_session *s) {
   free(s);
 }
 
-/* The input's buffer in *buffer (-1 when the plan does not read it: nothing to set). */
-static int input_buffer(const mtf_session *s, mtf_tensor t, mtf_dtype dtype, int *buffer, mtf_error *err) {
-  const mtf_plan *p = s->plan;
-  if (t < 0 || t >= p->graph->n_nodes || p->graph->nodes[t].kind != MTF_OP_INPUT)
-    return mtf_error_set(err, MTF_ERR_INVALID, "set_input: tensor %d is not an input", t);
-  if (p->graph->nodes[t].dtype != dtype)
-    return mtf_error_set(err, MTF_ERR_INVALID, "set_input: '%s' holds %s values, not %s", p->graph->nodes[t].name,
-                         mtf_dtype_name(p->graph->nodes[t].dtype), mtf_dtype_name(dtype));
-  *buffer = p->value_buffer[t];
-  return MTF_OK;
-}
-
-/* A program session does the rest of the call (the checks before it are common to both). */
-#define PROGRAM(call)                    \
-  do {                                   \
-    if (s->program) return s->program->ops->call; \
-  } while (0)
-
-static int set_input_full(mtf_session *s, mtf_tensor input, const void *full, mtf_dtype dtype, mtf_error *err) {
-  int b = -1; /* set by input_buffer; initialised for -O3's maybe-uninitialized */
-  MTF_CHECK(input_buffer(s, input, dtype, &b, err));
-  PROGRAM(set_input(s->program, input, full, err));
-  if (b < 0) return MTF_OK;
-  const mtf_plan *p = s->plan;
-  mtf_shape local = mtf_layout_slice_shape(&p->layouts[input], &p->mesh);
-  size_t bytes = (size_t)mtf_shape_num_elements(&local) * ELEM;
-  char *host = malloc(bytes + 1);
-  if (!host) return mtf_error_set(err, MTF_ERR_NOMEM, "set_input: out of memory");
-  mtf_plan_slice_of_whole(p, input, full, host, ELEM);
-  int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), host, bytes);
-  free(host);
-  return rc ? mtf_error_set(err, rc, "set_input: upload failed") : MTF_OK;
-}
-
-static int set_input_slice(mtf_session *s, mtf_tensor input, const void *slice, mtf_dtype dtype, mtf_error *err) {
-  int b = -1;
-  MTF_CHECK(input_buffer(s, input, dtype, &b, err));
-  PROGRAM(set_input(s->program, input, slice, err)); /* the host plan's slice is the whole tensor */
-  if (b < 0) return MTF_OK;
+static int steps_set_input(mtf_session_impl *impl, mtf_tensor input, const void *slice, mtf_error *err) {
+  step_session *s = steps_of(impl);
+  int b = s->plan->value_buffer[input];
+  if (b < 0) return MTF_OK; /* the plan does not read it */
   int rc = s->backend->mem->upload(s->backend, buffer_data(s, b), slice, (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "set_input: upload failed") : MTF_OK;
 }
 
-int mtf_session_set_input(mtf_session *s, mtf_tensor input, const float *full, mtf_error *err) {
-  return set_input_full(s, input, full, MTF_F32, err);
-}
-int mtf_session_set_input_slice(mtf_session *s, mtf_tensor input, const float *slice, mtf_error *err) {
-  return set_input_slice(s, input, slice, MTF_F32, err);
-}
-int mtf_session_set_input_int(mtf_session *s, mtf_tensor input, const int32_t *full, mtf_error *err) {
-  return set_input_full(s, input, full, MTF_I32, err);
-}
-int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int32_t *slice, mtf_error *err) {
-  return set_input_slice(s, input, slice, MTF_I32, err);
-}
-
 /* Bytes per element of what a data-movement step moves (its output buffer's dtype: bfloat16 matmul operands
  * are gathered and resharded like float32 ones). */
-static size_t step_elem_size(const mtf_session *s, const mtf_step *st) {
+static size_t step_elem_size(const step_session *s, const mtf_step *st) {
   return mtf_dtype_size(s->plan->buffers[st->out].dtype);
 }
 
 /* The dtype a reducing step hands the communicator: bfloat16 for a bfloat16 buffer, float32 otherwise, as
  * before bfloat16 existed (an int32 buffer's bits included), so fp32 sums stay what they were. */
-static mtf_dtype reduction_dtype(const mtf_session *s, int buffer) {
+static mtf_dtype reduction_dtype(const step_session *s, int buffer) {
   return s->plan->buffers[buffer].dtype == MTF_BF16 ? MTF_BF16 : MTF_F32;
 }
 
-static int run_allgather(mtf_session *s, const mtf_step *st, mtf_error *err) {
+static int run_allgather(step_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK], outer = 1;
   for (int d = 0; d < st->in_shape[0].rank; d++) dims[d] = st->in_shape[0].dims[d].size;
@@ -410,7 +363,7 @@ static int64_t rows_before(const int64_t *dims, int axis) {
 
 /* Partial sums in, this rank's slice along tensor_axis out: the backend packs the slices into member
  * order (in the step's scratch) unless they already are, the communicator sums block p into member p. */
-static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err) {
+static int run_reduce_scatter(step_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   int64_t dims[MTF_MAX_RANK];
   dims_of(&st->in_shape[0], dims);
@@ -430,7 +383,7 @@ static int run_reduce_scatter(mtf_session *s, const mtf_step *st, mtf_error *err
 /* Slice p along tensor_axis to member p, what arrives concatenated along concat_axis. The send blocks are
  * packed first and the received ones unpacked after, each only where the tensor axis has outer rows (the
  * scratch holds the send blocks, then the received ones). */
-static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
+static int run_alltoall(step_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   int rank = st->in_shape[0].rank, parts = mtf_comm_group_size(s->step_comm, st->axes);
   int64_t dims[MTF_MAX_RANK], block_dims[MTF_MAX_RANK], elements = mtf_shape_num_elements(&st->in_shape[0]);
@@ -454,7 +407,7 @@ static int run_alltoall(mtf_session *s, const mtf_step *st, mtf_error *err) {
 
 /* backend.grad_reduce bf16: a bucket travels as its bfloat16 copy in the step's staging buffer (scratch),
  * cast by the backend's own cast kernel, so it works on any backend's memory. */
-static int cast_bucket(mtf_session *s, const mtf_step *st, const void *in, mtf_dtype from, void *out, mtf_dtype to,
+static int cast_bucket(step_session *s, const mtf_step *st, const void *in, mtf_dtype from, void *out, mtf_dtype to,
                        mtf_error *err) {
   mtf_step cast;
   memset(&cast, 0, sizeof cast);
@@ -475,7 +428,7 @@ static int cast_bucket(mtf_session *s, const mtf_step *st, const void *in, mtf_d
 /* A bucket's allreduce, started in place over its range (or its bfloat16 staging copy); the backend's pending
  * work on that memory ends first, as before any collective. Starting does not block: its time counts as
  * progress, not comm. */
-static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
+static int start_bucket(step_session *s, const mtf_step *st, mtf_error *err) {
   double start = mtf_now_seconds();
   void *range = buffer_data(s, st->out), *wire = range;
   mtf_dtype wire_dtype = MTF_F32;
@@ -492,7 +445,7 @@ static int start_bucket(mtf_session *s, const mtf_step *st, mtf_error *err) {
   return rc;
 }
 
-static void forget_in_flight(mtf_session *s, int bucket) {
+static void forget_in_flight(step_session *s, int bucket) {
   for (int i = 0; i < s->n_in_flight; i++)
     if (s->in_flight[i] == bucket) {
       memmove(&s->in_flight[i], &s->in_flight[i + 1], sizeof(int) * (size_t)(s->n_in_flight - i - 1));
@@ -501,7 +454,7 @@ static void forget_in_flight(mtf_session *s, int bucket) {
     }
 }
 
-static int wait_bucket(mtf_session *s, int bucket, mtf_error *err) {
+static int wait_bucket(step_session *s, int bucket, mtf_error *err) {
   double start = mtf_now_seconds();
   int rc = mtf_comm_wait(s->step_comm, &s->requests[bucket], err);
   forget_in_flight(s, bucket);
@@ -511,7 +464,7 @@ static int wait_bucket(mtf_session *s, int bucket, mtf_error *err) {
 
 /* MPI moves a non-blocking collective on only inside MPI calls: one test per step in flight keeps the
  * buckets going while kernels run (the time is counted apart from the time blocked in collectives). */
-static int progress_buckets(mtf_session *s, mtf_error *err) {
+static int progress_buckets(step_session *s, mtf_error *err) {
   double start = mtf_now_seconds();
   int rc = MTF_OK;
   for (int i = 0; i < s->n_in_flight && rc == MTF_OK;) {
@@ -526,7 +479,7 @@ static int progress_buckets(mtf_session *s, mtf_error *err) {
 
 /* A weight's bfloat16 copy (step bf16_copy, lower/weight_copies.c) from the value step st just wrote, by the
  * backend's cast kernel, for the last writers whose kernel does not write it itself (all but adam_update). */
-static int write_weight_copy(mtf_session *s, const mtf_step *st, void *out, mtf_error *err) {
+static int write_weight_copy(step_session *s, const mtf_step *st, void *out, mtf_error *err) {
   mtf_backend *be = s->backend;
   mtf_step cast = {.kind = MTF_STEP_KERNEL, .op = MTF_OP_CAST, .phase = MTF_PHASE_WHOLE, .node = st->node, .n_in = 1,
                    .out_shape = st->out_shape, .out_dtype = MTF_BF16, .scratch = -1};
@@ -542,7 +495,7 @@ static int write_weight_copy(mtf_session *s, const mtf_step *st, void *out, mtf_
                        why ? why : "");
 }
 
-static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
+static int run_step(step_session *s, const mtf_step *st, mtf_error *err) {
   mtf_backend *be = s->backend;
   void *out = buffer_data(s, st->out);
   switch (st->kind) {
@@ -606,10 +559,12 @@ static int run_step(mtf_session *s, const mtf_step *st, mtf_error *err) {
   return MTF_OK;
 }
 
-int mtf_session_run(mtf_session *s, mtf_error *err) {
-  PROGRAM(run(s->program, s->random_offset, err));
+
+static int steps_run(mtf_session_impl *impl, uint64_t random_offset, mtf_error *err) {
+  step_session *s = steps_of(impl);
+  s->random_offset = random_offset;
   const mtf_plan *p = s->plan;
-  mtf_session *owner = variables_owner(s);
+  step_session *owner = variables_owner(s);
   int copies_current = s->copies_version != 0 && s->copies_version == owner->variables_version;
   owner->variables_version++; /* this run writes the variables (or may, for all the other sessions know) */
   s->copies_version = 0;      /* until it has run to the end */
@@ -654,59 +609,28 @@ int mtf_session_run(mtf_session *s, mtf_error *err) {
   return s->backend->mem->synchronize(s->backend);
 }
 
-static int value_buffer(const mtf_session *s, mtf_tensor t) {
+
+static int value_buffer(const step_session *s, mtf_tensor t) {
   const mtf_plan *p = s->plan;
   return t >= 0 && t < p->graph->n_nodes ? p->value_buffer[t] : -1;
 }
 
-/* The buffer of a tensor whose value is defined after a run: a fetch, a variable or an input (other
- * arena buffers are reused by the memory plan, or may hold partial sums). */
-static int result_buffer(const mtf_session *s, mtf_tensor t, const char *op, mtf_error *err) {
-  int b = value_buffer(s, t);
-  if (b < 0) return -mtf_error_set(err, MTF_ERR_INVALID, "%s: tensor %d is not computed by this plan", op, t);
-  const mtf_buffer *buf = &s->plan->buffers[b];
-  if (buf->kind == MTF_BUF_ARENA && buf->last_step != INT_MAX)
-    return -mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' is not one of the plan's fetches or variables", op,
-                          s->plan->graph->nodes[t].name);
-  if (mtf_dtype_size(buf->dtype) != ELEM)
-    return -mtf_error_set(err, MTF_ERR_INVALID, "%s: '%s' holds %s values; fetch float32 or int32 tensors (mtf_cast "
-                          "converts)", op, s->plan->graph->nodes[t].name, mtf_dtype_name(buf->dtype));
-  return b;
-}
-
-const float *mtf_session_slice(const mtf_session *s, mtf_tensor t) {
-  if (s->program) return NULL; /* device memory */
-  int b = value_buffer(s, t);
-  return b >= 0 ? buffer_data(s, b) : NULL;
-}
-
-static float *variable_data(mtf_session *s, mtf_tensor t) {
-  if (s->program) return NULL;
+static float *variable_data(step_session *s, mtf_tensor t) {
   int b = value_buffer(s, t);
   if (b < 0 || s->plan->graph->nodes[t].kind != MTF_OP_VARIABLE || s->plan->buffers[b].kind != MTF_BUF_VARIABLE)
     return NULL;
   return buffer_data(s, b);
 }
 
-float *mtf_session_variable_slice(mtf_session *s, mtf_tensor t) {
-  variables_owner(s)->variables_version++; /* the caller may write through the pointer */
-  return variable_data(s, t);
-}
-
-int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_error *err) {
-  int b = result_buffer(s, t, "read_slice", err);
-  if (b < 0) return -b;
-  PROGRAM(fetch(s->program, t, out, err));
+static int steps_read(mtf_session_impl *impl, mtf_tensor t, void *out, mtf_error *err) {
+  step_session *s = steps_of(impl);
+  int b = value_buffer(s, t);
   int rc = s->backend->mem->download(s->backend, out, buffer_data(s, b), (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "read_slice: download failed") : MTF_OK;
 }
 
-int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err) {
-  if (s->program) {
-    if (value_buffer(s, var) < 0 || s->plan->graph->nodes[var].kind != MTF_OP_VARIABLE)
-      return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
-    return s->program->ops->write_variable(s->program, var, slice, err);
-  }
+static int steps_write_variable(mtf_session_impl *impl, mtf_tensor var, const float *slice, mtf_error *err) {
+  step_session *s = steps_of(impl);
   float *data = variable_data(s, var);
   if (!data) return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
   int b = value_buffer(s, var);
@@ -715,104 +639,75 @@ int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slic
   return rc ? mtf_error_set(err, rc, "write_variable: upload failed") : MTF_OK;
 }
 
-int mtf_session_fetch(mtf_session *s, mtf_tensor t, float *full, mtf_error *err) {
-  const mtf_plan *p = s->plan;
-  int b = result_buffer(s, t, "fetch", err);
-  if (b < 0) return -b;
-  PROGRAM(fetch(s->program, t, full, err));
-  const mtf_tensor_layout *layout = &p->layouts[t];
-  mtf_shape shape = mtf_layout_slice_shape(layout, &p->mesh);
-  int64_t dims[MTF_MAX_RANK], total = mtf_shape_num_elements(&layout->shape);
-  float *current = malloc(sizeof(float) * (size_t)total + 1), *next = malloc(sizeof(float) * (size_t)total + 1);
-  if (!current || !next) {
-    free(current);
-    free(next);
-    return mtf_error_set(err, MTF_ERR_NOMEM, "fetch: out of memory");
-  }
-  int rc = mtf_session_read_slice(s, t, current, err);
-  /* Same order on every rank: tensor dims in order, gathering each split one over its mesh axis. */
-  for (int d = 0; d < shape.rank && rc == MTF_OK; d++) {
-    int axis = layout->mesh_axis[d];
-    if (axis < 0) continue;
-    for (int e = 0; e < shape.rank; e++) dims[e] = shape.dims[e].size;
-    rc = mtf_comm_allgather(s->comm, 1u << axis, current, next, p->graph->nodes[t].dtype, shape.rank, dims, d, err);
-    shape.dims[d].size *= p->mesh.dims[axis].size;
-    float *swap = current;
-    current = next;
-    next = swap;
-  }
-  if (rc == MTF_OK) memcpy(full, current, sizeof(float) * (size_t)total);
-  free(current);
-  free(next);
-  return rc;
-}
-
-void mtf_session_set_random_offset(mtf_session *s, uint64_t offset) { s->random_offset = offset; }
-
-int mtf_session_set_microbatch(mtf_session *s, const char *dim, int index, int count, mtf_error *err) {
-  if (count < 1 || index < 0 || index >= count)
-    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: microbatch %d of %d does not exist", index, count);
-  if (count > 1 && (!dim || !mtf_name_is_valid(dim)))
-    return mtf_error_set(err, MTF_ERR_INVALID, "set_microbatch: '%s' is not a dimension name", dim ? dim : "(null)");
-  if (s->program && count > 1)
-    return mtf_error_set(err, MTF_ERR_INVALID, "backend %s: train.microbatches > 1 is not supported yet (the "
-                         "program is compiled once, without the microbatch numbering of random ops); use 1",
-                         s->program->kind);
+static int steps_set_microbatch(mtf_session_impl *impl, const char *dim, int index, int count, mtf_error *err) {
+  (void)err;
+  step_session *s = steps_of(impl);
   snprintf(s->microbatch_dim, sizeof s->microbatch_dim, "%s", count > 1 ? dim : "");
   s->microbatch = index;
   s->microbatches = count;
   return MTF_OK;
 }
-double mtf_session_comm_seconds(const mtf_session *s) { return s->comm_seconds; }
 
-const char *mtf_session_collectives(const mtf_session *s) {
+static int steps_devices(const mtf_session_impl *impl) {
+  (void)impl;
+  return 1;
+}
+
+static int steps_threads(const mtf_session_impl *impl) { return steps_of(impl)->backend->threads; }
+
+static const mtf_session_impl_ops step_ops = {
+    .destroy = steps_destroy,
+    .set_input = steps_set_input,
+    .run = steps_run,
+    .read = steps_read,
+    .write_variable = steps_write_variable,
+    .set_microbatch = steps_set_microbatch,
+    .devices = steps_devices,
+    .threads = steps_threads,
+};
+
+/* ---- what only the step executor has (exec/steps.h): 0 or NULL for another kind of session ---- */
+const float *mtf_steps_slice(const mtf_session_impl *impl, mtf_tensor t) {
+  const step_session *s = steps_of(impl);
+  int b = s ? value_buffer(s, t) : -1;
+  return b >= 0 ? buffer_data(s, b) : NULL;
+}
+
+float *mtf_steps_variable_slice(mtf_session_impl *impl, mtf_tensor t) {
+  step_session *s = steps_of(impl);
+  if (!s) return NULL; /* device memory */
+  variables_owner(s)->variables_version++; /* the caller may write through the pointer */
+  return variable_data(s, t);
+}
+
+double mtf_steps_comm_seconds(const mtf_session_impl *impl) {
+  const step_session *s = steps_of(impl);
+  return s ? s->comm_seconds : 0.0;
+}
+
+double mtf_steps_progress_seconds(const mtf_session_impl *impl) {
+  const step_session *s = steps_of(impl);
+  return s ? s->progress_seconds : 0.0;
+}
+
+const char *mtf_steps_collectives(const mtf_session_impl *impl) {
+  const step_session *s = steps_of(impl);
+  if (!s) return NULL;
   const mtf_comm *c = s->step_comm ? s->step_comm : s->comm;
   return c->ops->name;
 }
-double mtf_session_progress_seconds(const mtf_session *s) { return s->progress_seconds; }
-const char *mtf_session_bf16_text(const mtf_session *s) {
-  if (s->options.precision != MTF_PRECISION_BF16 || s->program || !s->backend->bf16_text) return NULL;
-  return s->backend->bf16_text(s->backend);
-}
-int64_t mtf_session_allocated_bytes(const mtf_session *s) { return s->allocated_bytes; }
-const char *mtf_session_backend(const mtf_session *s) { return s->program ? s->program->kind : s->backend->name; }
-int mtf_session_threads(const mtf_session *s) {
-  return s->program ? s->program->ops->threads(s->program) : s->backend->threads;
-}
-int mtf_session_devices(const mtf_session *s) { return s->program ? s->program->ops->devices(s->program) : 1; }
 
-int mtf_session_create_spmd(mtf_plan *host_plan, mtf_plan *const *device_plans, int n_devices, mtf_comm *comm,
-                            const mtf_session_options *options, mtf_session **out, mtf_error *err) {
-  *out = NULL;
-  if (comm->size != 1 || !mtf_shape_equal(&comm->mesh, &host_plan->mesh) || mtf_shape_num_elements(&host_plan->mesh) != 1)
-    return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session's host plan and communicator are one rank's");
-  for (int r = 0; r < n_devices; r++)
-    if (device_plans[r]->graph != host_plan->graph)
-      return mtf_error_set(err, MTF_ERR_INVALID, "session: the device plans are of another graph than the host plan");
-  mtf_session_options opts = {0};
-  if (options) opts = *options;
-  const mtf_session *other = opts.share_variables_with;
-  if (other && (!other->program || other->plan->graph != host_plan->graph))
-    return mtf_error_set(err, MTF_ERR_INVALID, "session: an spmd session shares variables only with one of the same graph");
-  mtf_session *s = calloc(1, sizeof *s);
-  if (!s) return mtf_error_set(err, MTF_ERR_NOMEM, "session: out of memory");
-  s->plan = host_plan;
-  s->comm = comm;
-  s->options = opts;
-  mtf_program_session_options program_options = {.plugin = opts.plugin, .local_devices = opts.local_devices,
-                                                 .share = other ? other->program : NULL};
-  /* the one-program kind the caller named (the run layer: backend.kind), pjrt by default */
-  const char *kind = opts.backend && opts.backend[0] ? opts.backend : "pjrt";
-  int rc = mtf_backend_program_session_create(kind, device_plans, n_devices, &program_options, &s->program, err);
-  if (rc != MTF_OK) {
-    free(s);
-    return rc;
-  }
-  if (other) {
-    s->owner = (mtf_session *)other;
-    s->owner->borrowers++;
-  }
-  *out = s;
-  return MTF_OK;
+const char *mtf_steps_bf16_text(const mtf_session_impl *impl) {
+  const step_session *s = steps_of(impl);
+  return s && s->backend->bf16_text ? s->backend->bf16_text(s->backend) : NULL;
 }
-mtf_backend *mtf_session_backend_instance(mtf_session *s) { return s->backend; }
+
+int64_t mtf_steps_allocated_bytes(const mtf_session_impl *impl) {
+  const step_session *s = steps_of(impl);
+  return s ? s->allocated_bytes : 0;
+}
+
+mtf_backend *mtf_steps_backend(mtf_session_impl *impl) {
+  step_session *s = steps_of(impl);
+  return s ? s->backend : NULL;
+}
