@@ -2,7 +2,7 @@
 # Encoder-decoder generation (issue 29, item 9): the prompt is the encoder's input, run once per prompt; the
 # decoder starts at end-of-text and decodes with its key/value cache, cross-attention reading the kept
 # encoder output. Checked:
-#   1. a small encoder-decoder trained on the reverse task (tests/model/reverse-encdec.yaml, 600 steps; it
+#   1. a small encoder-decoder trained on the reverse task (tests/model/reverse-encdec.yaml, 1000 steps; it
 #      reaches >= 99% held-out exact match) greedily answers held-out prompts with their reversal, cached and
 #      --no-cache, on 1 rank and on b:2,m:2;
 #   2. a T5-shaped model (2 + 2 layers, relative position bias, gated GELU, RMS norm, untied output) after 2

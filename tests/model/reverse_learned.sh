@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seq2seq acceptance test: a small encoder-decoder (reverse-encdec.yaml) trained for 600 steps on the
+# The seq2seq acceptance test: a small encoder-decoder (reverse-encdec.yaml) trained for 1000 steps on the
 # synthetic `reverse` task of 6 letters (20000 train examples) must get >= 99% of the held-out examples
 # (the val split, another random stream: 31 batches of 32 = 992 of its 1000 examples) exactly right, by
 # teacher-forced argmax: every answer token (the 6 letters and the end-of-text) is the argmax of its
@@ -21,7 +21,7 @@ json=$("$mpiexec" -n 1 --bind-to none "$mtf" eval "$config" "${common[@]}" --jso
 /usr/bin/python3 - "$json" <<'PY'
 import json, sys
 result = json.loads(sys.argv[1])
-print(f"reverse (6 letters), 600 steps: held-out teacher-forced exact match {100 * result['exact_match']:.2f}% "
+print(f"reverse (6 letters), 1000 steps: held-out teacher-forced exact match {100 * result['exact_match']:.2f}% "
       f"(loss {result['loss']:.4f} over {result['tokens']} positions)")
 sys.exit(0 if result["exact_match"] >= 0.99 else 1)
 PY
