@@ -145,15 +145,10 @@ int mtf_session_set_input_slice_int(mtf_session *s, mtf_tensor input, const int3
 
 int mtf_session_run(mtf_session *s, mtf_error *err) { return s->impl->ops->run(s->impl, s->random_offset, err); }
 
-static int value_buffer(const mtf_session *s, mtf_tensor t) {
-  const mtf_plan *p = s->plan;
-  return t >= 0 && t < p->graph->n_nodes ? p->value_buffer[t] : -1;
-}
-
 /* Fails unless t's value is defined after a run: a fetch, a variable or an input (other arena buffers are
  * reused by the memory plan, or may hold partial sums), of 4-byte elements. */
 static int check_result(const mtf_session *s, mtf_tensor t, const char *op, mtf_error *err) {
-  int b = value_buffer(s, t);
+  int b = mtf_plan_value_buffer(s->plan, t);
   if (b < 0) return mtf_error_set(err, MTF_ERR_INVALID, "%s: tensor %d is not computed by this plan", op, t);
   const mtf_buffer *buf = &s->plan->buffers[b];
   if (buf->kind == MTF_BUF_ARENA && buf->last_step != INT_MAX)
@@ -171,7 +166,7 @@ int mtf_session_read_slice(const mtf_session *s, mtf_tensor t, float *out, mtf_e
 }
 
 int mtf_session_write_variable(mtf_session *s, mtf_tensor var, const float *slice, mtf_error *err) {
-  if (value_buffer(s, var) < 0 || s->plan->graph->nodes[var].kind != MTF_OP_VARIABLE)
+  if (mtf_plan_value_buffer(s->plan, var) < 0 || s->plan->graph->nodes[var].kind != MTF_OP_VARIABLE)
     return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
   return s->impl->ops->write_variable(s->impl, var, slice, err);
 }

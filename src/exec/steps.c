@@ -3,7 +3,6 @@
  * through the communicator. Every step carries its own parameters, so nothing here reads the graph while
  * running. Host data (initial values, inputs, reads) crosses into backend memory only through upload and
  * download. The caller (exec/session.c) has checked the tensors it hands over against the plan. */
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -610,13 +609,8 @@ static int steps_run(mtf_session_impl *impl, uint64_t random_offset, mtf_error *
 }
 
 
-static int value_buffer(const step_session *s, mtf_tensor t) {
-  const mtf_plan *p = s->plan;
-  return t >= 0 && t < p->graph->n_nodes ? p->value_buffer[t] : -1;
-}
-
 static float *variable_data(step_session *s, mtf_tensor t) {
-  int b = value_buffer(s, t);
+  int b = mtf_plan_value_buffer(s->plan, t);
   if (b < 0 || s->plan->graph->nodes[t].kind != MTF_OP_VARIABLE || s->plan->buffers[b].kind != MTF_BUF_VARIABLE)
     return NULL;
   return buffer_data(s, b);
@@ -624,7 +618,7 @@ static float *variable_data(step_session *s, mtf_tensor t) {
 
 static int steps_read(mtf_session_impl *impl, mtf_tensor t, void *out, mtf_error *err) {
   step_session *s = steps_of(impl);
-  int b = value_buffer(s, t);
+  int b = mtf_plan_value_buffer(s->plan, t);
   int rc = s->backend->mem->download(s->backend, out, buffer_data(s, b), (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "read_slice: download failed") : MTF_OK;
 }
@@ -633,7 +627,7 @@ static int steps_write_variable(mtf_session_impl *impl, mtf_tensor var, const fl
   step_session *s = steps_of(impl);
   float *data = variable_data(s, var);
   if (!data) return mtf_error_set(err, MTF_ERR_INVALID, "write_variable: tensor %d is not a variable of this plan", var);
-  int b = value_buffer(s, var);
+  int b = mtf_plan_value_buffer(s->plan, var);
   variables_owner(s)->variables_version++;
   int rc = s->backend->mem->upload(s->backend, data, slice, (size_t)s->plan->buffers[b].elements * ELEM);
   return rc ? mtf_error_set(err, rc, "write_variable: upload failed") : MTF_OK;
@@ -669,7 +663,7 @@ static const mtf_session_impl_ops step_ops = {
 /* ---- what only the step executor has (exec/steps.h): 0 or NULL for another kind of session ---- */
 const float *mtf_steps_slice(const mtf_session_impl *impl, mtf_tensor t) {
   const step_session *s = steps_of(impl);
-  int b = s ? value_buffer(s, t) : -1;
+  int b = s ? mtf_plan_value_buffer(s->plan, t) : -1;
   return b >= 0 ? buffer_data(s, b) : NULL;
 }
 

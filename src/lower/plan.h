@@ -158,6 +158,11 @@ int64_t mtf_plan_assign_memory(mtf_plan *plan, int64_t align_words);
  * that replaces the members' blocking allreduces. 0 leaves the plan as it is. */
 int mtf_plan_bucket_allreduces(mtf_plan *plan, int64_t bucket_bytes, mtf_dtype wire, mtf_error *err);
 
+/* The buffer holding node t's value on this rank, or -1 (not a node of the graph, or not materialized). */
+static inline int mtf_plan_value_buffer(const mtf_plan *p, int t) {
+  return t >= 0 && t < p->graph->n_nodes ? p->value_buffer[t] : -1;
+}
+
 /* initial_values.c: a variable's initial slice on plan's rank, on the host (mtf_plan_slice_elements floats):
  * each element from its global index, so every layout and backend starts from the same values. */
 void mtf_plan_initial_slice(const mtf_plan *p, int node, float *data);
