@@ -456,8 +456,9 @@ static int ref_begin(const mtf_ref_args *a, ref_problem *r) {
     r->bias = mtf_attention_bias_view(&r->geo, a->in_shape[r->in.bias], pa->attention.dim, pa->attention.memory);
   if (r->in.segments >= 0)
     r->segments = mtf_attention_segments_view(&r->geo, a->in_shape[r->in.segments], pa->attention.dim);
-  mtf_attention_mask_make(&r->geo, a->in_shape[0], NULL, NULL, a->g->seed, pa->attention.key, pa->attention.keep,
-                          &r->mask);
+  const mtf_shape *numbered = a->random_shape ? a->random_shape : a->in_shape[0];
+  mtf_attention_mask_make(&r->geo, numbered, a->random_dims, a->random_offsets, a->g->seed, pa->attention.key,
+                          pa->attention.keep, &r->mask);
   r->p = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
   r->drop = malloc(sizeof(double) * (size_t)(r->L * r->L + 1));
   r->o = malloc(sizeof(double) * (size_t)(r->L * r->D + 1));

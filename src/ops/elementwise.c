@@ -324,9 +324,16 @@ mtf_tensor mtf_random_keep(mtf_graph *g, const mtf_shape *shape, float keep, uin
 }
 
 static void random_reference(const mtf_ref_args *a) {
-  int64_t n = mtf_shape_num_elements(&a->n->shape);
-  for (int64_t e = 0; e < n; e++)
-    a->out[e] = mtf_uniform01(a->g->seed, a->n->params.random.key, (uint64_t)e) < (double)a->n->params.random.keep;
+  const mtf_shape *s = &a->n->shape;
+  int64_t n = mtf_shape_num_elements(s), index[MTF_MAX_RANK] = {0};
+  for (int64_t e = 0; e < n; e++, mtf_ref_next(s, index)) {
+    int64_t at = e; /* the element's row-major index in the whole tensor */
+    if (a->random_offsets) {
+      at = 0;
+      for (int d = 0; d < s->rank; d++) at = at * a->random_dims[d] + a->random_offsets[d] + index[d];
+    }
+    a->out[e] = mtf_uniform01(a->g->seed, a->n->params.random.key, (uint64_t)at) < (double)a->n->params.random.keep;
+  }
 }
 
 const mtf_op_def mtf_op_random_keep = {"random", MTF_DIM_NONE, source_infer, NULL, local_lower, mtf_op_flops_elements, NULL, random_reference, 0, 0, 0, 0};

@@ -45,6 +45,12 @@ typedef struct mtf_ref_args {
   const mtf_shape *in_shape[MTF_MAX_OP_INPUTS];
   double *out;
   const double *given; /* inputs: the value supplied; variables: an override, or NULL for the initial value */
+  /* NULL: the tensors are whole. On a slice (a backend whose kernels are these references on a step's local
+   * slices, tests/engine/ref_backend.c): the local shape whose indices number a random op's draws, with each of
+   * its dims' global offset and global size (mtf_random_extent: random_keep's output, attention's), so that a
+   * slice draws what the whole tensor draws there. */
+  const mtf_shape *random_shape;
+  const int64_t *random_offsets, *random_dims;
 } mtf_ref_args;
 
 /* Where the dimension named by params.along.dim lives: its local offset reaches the kernel as
