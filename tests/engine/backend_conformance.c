@@ -31,19 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
 #include "comm/mpi_comm.h"
 #include "exec/backend.h"
 #include "../graph/ref_eval.h"
-#include "ops/reference.h"
 
-#include "conformance_cases.h"
+#include "conformance_harness.h"
 
 static int world_rank;
 static const char *only_cases; /* --only TEXT: the cases whose name contains TEXT */
 static const char *broken_op;
-static int bf16_mode;    /* --bf16 */
-static int storage_mode; /* --bf16-storage */
 static int broken_to_nan;
 static mtf_kernel_fn real_kernel;
 
@@ -57,24 +53,12 @@ static int broken_kernel(mtf_backend *b, const mtf_step *st, const mtf_kernel_ar
   return rc;
 }
 
-static double max_abs(const double *x, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-  return m;
-}
-
-/* Integer labels/ids in range, a pure function of the element index. */
-static void fill_ids(int32_t *ids, double *as_double, int64_t n, int64_t vocab) {
-  for (int64_t i = 0; i < n; i++) {
-    ids[i] = (int32_t)((i * 5 + 2) % (vocab + 1)) - (i == 1); /* includes ids -1 and vocab: outside */
-    as_double[i] = ids[i];
-  }
-}
-
 /* The engine on `backend` under `layout` against the reference: max error relative to each tensor's scale. */
-static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, const char *layout_text, int n_fetches,
-                           const mtf_tensor *fetches, const mtf_tensor *inputs, int n_inputs, int32_t **input_ids,
-                           double **ref, int *ok, int *skipped) {
+static double engine_error(const conformance_graph *cg, int train, const char *backend, mtf_comm *comm,
+                           const char *layout_text, int *ok, int *skipped) {
+  mtf_graph *g = cg->g;
+  int n_fetches = cg->n_fetches;
+  const mtf_tensor *fetches = cg->fetches;
   mtf_layout_rules rules;
   mtf_error err;
   mtf_layout_rules_parse(layout_text, &rules, &err);
@@ -83,7 +67,7 @@ static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, co
   /* Freed buffers become NaN, so a memory-plan lifetime error (scratch included) shows as a wrong value. */
   mtf_session_options options = {.backend = backend, .poison_freed = 1};
   double worst = 0;
-  mtf_plan_options plan_options = {.bf16_storage = storage_mode};
+  mtf_plan_options plan_options = {.bf16_storage = storage_mode, .allreduce_bucket_bytes = train ? 1 << 20 : 0};
   int rc = mtf_plan_create_with_options(g, &comm->mesh, &rules, comm->rank, n_fetches, fetches, &plan_options, &plan,
                                         &err);
   if (rc == MTF_ERR_LAYOUT) { /* two dims of one tensor on one axis: not a layout to test */
@@ -100,18 +84,15 @@ static double engine_error(mtf_graph *g, const char *backend, mtf_comm *comm, co
         b->kernels[k] = broken_kernel;
       }
   }
-  for (int i = 0; *ok && i < n_inputs; i++) *ok = mtf_session_set_input_int(session, inputs[i], input_ids[i], &err) == MTF_OK;
+  for (int i = 0; *ok && i < cg->n_inputs; i++)
+    *ok = mtf_session_set_input_int(session, cg->inputs[i], cg->ids[i], &err) == MTF_OK;
   if (*ok) *ok = mtf_session_run(session, &err) == MTF_OK;
   if (!*ok) fprintf(stderr, "engine (%s, layout '%s'): %s\n", backend, layout_text, err.msg);
   for (int f = 0; *ok && f < n_fetches; f++) {
     int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, fetches[f]));
     float *got = malloc(sizeof(float) * (size_t)n + 1);
     *ok = mtf_session_fetch(session, fetches[f], got, &err) == MTF_OK;
-    double scale = fmax(1.0, max_abs(ref[fetches[f]], n));
-    for (int64_t i = 0; *ok && i < n; i++) {
-      double e = fabs((double)got[i] - ref[fetches[f]][i]) / scale;
-      if (!(e <= worst)) worst = isnan(e) ? INFINITY : e; /* NaN counts as the worst error */
-    }
+    if (*ok) worst = conformance_error(got, cg->ref[cg->expect[f]], n, worst);
     free(got);
   }
   mtf_session_destroy(session);
@@ -152,49 +133,15 @@ static int has_rounding(const mtf_graph *g) {
   return 0;
 }
 
-static void run_case(const op_case *c, int forward_only, const char *backend, mtf_comm *comm) {
+/* given, train: a step case's layouts and SGD step (conformance_cases.h), else NULL, 0. */
+static void run_case(const op_case *c, int forward_only, const char *const *given, int train, const char *backend,
+                     mtf_comm *comm) {
   if (only_cases && !strstr(c->name, only_cases)) return;
-  mtf_graph *g = mtf_graph_create(1234);
-  if (bf16_mode) mtf_graph_set_matmul_dtype(g, MTF_BF16);
-  mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
-  int n_vars = 0, n_inputs = 0;
-  for (int i = 0; i < MAX_VARS && c->var_shapes[i]; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "x%d", i);
-    mtf_shape s = S(c->var_shapes[i]);
-    vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
-  }
-  mtf_tensor operands[MAX_VARS];
-  for (int i = 0; i < n_vars; i++) operands[i] = storage_mode ? bf16_stored(g, vars[i]) : vars[i];
-  mtf_tensor y = c->build(g, operands, inputs, &n_inputs);
-  if (storage_mode && mtf_tensor_dtype(g, y) != MTF_I32) y = mtf_cast(g, mtf_cast(g, y, MTF_BF16), MTF_F32);
-  mtf_error err;
-  if (mtf_graph_status(g, &err)) {
-    fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
-    CHECK(0);
-    mtf_graph_destroy(g);
-    return;
-  }
-  mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
-  mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
-  mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
-  if (forward_only) {
-    check_no_gradient(c, g, n_vars, vars);
-  } else {
-    CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
-  }
-  const int n_grads = forward_only ? 0 : n_vars;
+  conformance_graph cg;
+  if (!conformance_graph_build(c, forward_only, train, &cg)) return;
+  mtf_graph *g = cg.g;
+  if (forward_only) check_no_gradient(c, g, cg.n_vars, cg.vars);
   for (int i = 0; i < g->n_nodes; i++) covered[g->nodes[i].kind]++;
-
-  int32_t *ids[MAX_INPUTS];
-  double *ids_double[MAX_INPUTS];
-  for (int i = 0; i < n_inputs; i++) {
-    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, inputs[i]));
-    ids[i] = malloc(sizeof(int32_t) * (size_t)n);
-    ids_double[i] = malloc(sizeof(double) * (size_t)n);
-    fill_ids(ids[i], ids_double[i], n, 6);
-  }
-  double **ref = mtf_reference_evaluate(g, ids_double, NULL);
   /* Finite differences see through stop_gradient (the engine check covers it), and not the straight-through
    * gradient of a rounding (see --bf16 above): neither is checked by them. */
   double worst_fd = 0;
@@ -202,40 +149,17 @@ static void run_case(const op_case *c, int forward_only, const char *backend, mt
   /* Variables above FD_MAX_ELEMENTS (a 67 x 67 attention bias) are left out: two evaluations of the whole
    * reference graph per element would take most of the suite's time, and the reference gradients they would
    * check are the same code the smaller cases check. */
-  for (int v = 0; fd_checks && v < n_grads; v++)
-    if (mtf_shape_num_elements(mtf_tensor_shape(g, vars[v])) <= FD_MAX_ELEMENTS)
-      worst_fd = fmax(worst_fd, ref_gradient_error(g, loss, vars[v], grads[v], ids_double, ref));
-  const double engine_bound = bf16_mode ? 0x1p-7 : 2e-5;
-
-  mtf_tensor fetches[1 + MAX_VARS] = {y};
-  for (int v = 0; v < n_grads; v++) fetches[1 + v] = grads[v];
-  /* Replicated, each even dimension of the case's variables and inputs split over the mesh axis, and each
-   * pair of them (tensors holding both are refused by the layout rules and skipped). */
-  char dims[12][MTF_NAME_MAX];
-  int n_dims = 0;
-  for (int t = 0; t < n_vars + n_inputs; t++) {
-    const mtf_shape *s = mtf_tensor_shape(g, t < n_vars ? vars[t] : inputs[t - n_vars]);
-    for (int d = 0; d < s->rank; d++) {
-      int seen = s->dims[d].size % comm->mesh.dims[0].size != 0;
-      for (int k = 0; k < n_dims && !seen; k++) seen = strcmp(dims[k], s->dims[d].name) == 0;
-      if (!seen && n_dims < 12) snprintf(dims[n_dims++], MTF_NAME_MAX, "%s", s->dims[d].name);
-    }
-  }
-  static char layouts[80][4 * MTF_NAME_MAX + 8];
-  layouts[0][0] = 0;
-  int n_layouts = 1;
-  const char *axis = comm->mesh.dims[0].name;
-  for (int i = 0; i < n_dims; i++) {
-    snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s", dims[i], axis);
-    for (int j = i + 1; j < n_dims && n_layouts < 80; j++)
-      snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s;%.31s:%.31s", dims[i], axis, dims[j], axis);
-  }
+  for (int v = 0; fd_checks && v < cg.n_grads; v++)
+    if (mtf_shape_num_elements(mtf_tensor_shape(g, cg.vars[v])) <= FD_MAX_ELEMENTS)
+      worst_fd = fmax(worst_fd, ref_gradient_error(g, cg.loss, cg.vars[v], cg.grads[v], cg.ids_double, cg.ref));
+  const double engine_bound = conformance_bound();
+  static conformance_layout layouts[CONFORMANCE_MAX_LAYOUTS];
+  int n_layouts = conformance_layouts(&cg, &comm->mesh, given, 1, layouts);
   double worst_engine = 0;
   int ok = 1, run_layouts = 0;
   for (int l = 0; l < n_layouts && ok; l++) {
     int skipped = 0;
-    double e = engine_error(g, backend, comm, layouts[l], 1 + n_grads, fetches, inputs, n_inputs, ids, ref, &ok,
-                            &skipped);
+    double e = engine_error(&cg, train, backend, comm, layouts[l], &ok, &skipped);
     run_layouts += !skipped;
     if (e > engine_bound && world_rank == 0)
       fprintf(stderr, "  %s: layout '%s' engine error %.2e\n", c->name, layouts[l], e);
@@ -248,12 +172,7 @@ static void run_case(const op_case *c, int forward_only, const char *backend, mt
             pass ? "ok  " : "FAIL", backend, c->name, run_layouts, worst_fd, worst_engine);
   CHECK(worst_fd <= 1e-6);
   CHECK(worst_engine <= engine_bound);
-  for (int i = 0; i < n_inputs; i++) {
-    free(ids[i]);
-    free(ids_double[i]);
-  }
-  mtf_reference_free(g, ref);
-  mtf_graph_destroy(g);
+  conformance_graph_free(&cg);
 }
 
 int main(int argc, char **argv) {
@@ -309,10 +228,13 @@ int main(int argc, char **argv) {
       continue;
     }
     if (world_rank == 0 && desc[0]) printf("backend %s: %s\n", kind, desc);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 0, kind, comm);
-    for (size_t i = 0; bf16_mode && i < sizeof bf16_cases / sizeof bf16_cases[0]; i++) run_case(&bf16_cases[i], 0, kind, comm);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], 0, NULL, 0, kind, comm);
+    for (size_t i = 0; bf16_mode && i < sizeof bf16_cases / sizeof bf16_cases[0]; i++)
+      run_case(&bf16_cases[i], 0, NULL, 0, kind, comm);
     for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
-      run_case(&forward_only_cases[i], 1, kind, comm);
+      run_case(&forward_only_cases[i], 1, NULL, 0, kind, comm);
+    for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
+      run_case(&step_cases[i].c, 0, step_cases[i].layouts, step_cases[i].train, kind, comm);
   }
   /* A bfloat16 tensor reaches only the ops whose entry takes it: any other op refuses it at build time. */
   {

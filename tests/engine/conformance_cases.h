@@ -1,4 +1,4 @@
-/* The op cases of the backend conformance test, shared by every backend's conformance driver
+/* The op cases of the backend conformance test, run by both of its runners through conformance_harness.h
  * (backend_conformance.c over the executor's backends, pjrt_conformance.c over the PJRT emitter): each case
  * builds a graph from variables of the given shapes (and integer inputs), every op of the table appears in
  * some case. Included by one .c file each (static definitions). */
@@ -542,6 +542,35 @@ static const op_case forward_only_cases[] = {
     {"adafactor_squares, one factor", {"a:4,d:2", "d:2,a:4"}, c_adafactor_squares_one},
     {"write_at", {"a:3,v:6,d:4", "a:3,d:4"}, c_write_at},
     {"write_at, dim in the middle, value transposed", {"a:2,v:6,d:4", "d:4,a:2"}, c_write_at_middle},
+};
+
+/* Cases for the plan steps the op cases do not reach: resharding between dims (all-to-all; reduce-scatter
+ * of pending sums), and a training step (assigns: the updated variables are results; gradient buckets:
+ * START/WAIT). Their layouts are given: the dims that move are the outputs'. */
+static mtf_tensor c_reshard(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape o = S("c:4,e:8");
+  return mtf_square(g, mtf_reshape(g, v[0], &o));
+}
+static mtf_tensor c_reshard_sums(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape p = S("a:4,d:8"), o = S("c:4,e:8");
+  return mtf_square(g, mtf_reshape(g, mtf_einsum2(g, v[0], v[1], &p), &o));
+}
+static mtf_tensor c_train_step(ARGS) {
+  UNUSED_INPUTS;
+  mtf_shape h = S("a:4,b:4");
+  return mtf_tanh(g, mtf_multiply(g, mtf_einsum2(g, v[0], v[1], &h), v[2]));
+}
+typedef struct step_case {
+  op_case c;
+  const char *layouts[4]; /* NULL-terminated: on a mesh whose first axis is m (b: a second axis) */
+  int train;              /* an SGD step assigned to every variable but the first, with gradient buckets */
+} step_case;
+static const step_case step_cases[] = {
+    {{"step: reshard all-to-all", {"a:4,d:8"}, c_reshard}, {"a:m;e:m", "d:m;c:m", "a:b;e:m", NULL}, 0},
+    {{"step: reshard reduce-scatter of sums", {"a:4,k:4", "k:4,d:8"}, c_reshard_sums}, {"k:m;e:m", "k:m;c:m", "k:b;c:m", NULL}, 0},
+    {{"step: SGD assigns, gradient buckets", {"a:4,d:4", "d:4,b:4", "b:4"}, c_train_step}, {"a:m", "a:m;b:m", "a:b;b:m", NULL}, 1},
 };
 
 #endif

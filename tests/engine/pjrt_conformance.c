@@ -32,68 +32,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../check.h"
 #include "core/layout.h"
 #include "core/mesh.h"
 #include "exec/pjrt/emit.h"
 #include "exec/pjrt/runtime.h"
 #include "lower/plan.h"
 #include "ops/op_def.h"
-#include "ops/reference.h"
 
-#include "conformance_cases.h"
+#include "conformance_harness.h"
 
 #define SKIP 77
 
 static const char *only_cases, *dump_path;
 
-/* Cases for the plan steps the op cases do not reach: resharding between dims (all-to-all; reduce-scatter
- * of pending sums), and a training step (assigns: the updated variables are results; gradient buckets:
- * START/WAIT). Their layouts are given: the dims that move are the outputs'. */
-static mtf_tensor c_reshard(ARGS) {
-  UNUSED_INPUTS;
-  mtf_shape o = S("c:4,e:8");
-  return mtf_square(g, mtf_reshape(g, v[0], &o));
-}
-static mtf_tensor c_reshard_sums(ARGS) {
-  UNUSED_INPUTS;
-  mtf_shape p = S("a:4,d:8"), o = S("c:4,e:8");
-  return mtf_square(g, mtf_reshape(g, mtf_einsum2(g, v[0], v[1], &p), &o));
-}
-static mtf_tensor c_train_step(ARGS) {
-  UNUSED_INPUTS;
-  mtf_shape h = S("a:4,b:4");
-  return mtf_tanh(g, mtf_multiply(g, mtf_einsum2(g, v[0], v[1], &h), v[2]));
-}
-typedef struct step_case {
-  op_case c;
-  struct extra_layouts {
-    const char *layouts[4];
-    int train;
-  } x;
-} step_case;
-static const step_case step_cases[] = {
-    {{"step: reshard all-to-all", {"a:4,d:8"}, c_reshard}, {{"a:m;e:m", "d:m;c:m", "a:b;e:m", NULL}, 0}},
-    {{"step: reshard reduce-scatter of sums", {"a:4,k:4", "k:4,d:8"}, c_reshard_sums}, {{"k:m;e:m", "k:m;c:m", "k:b;c:m", NULL}, 0}},
-    {{"step: SGD assigns, gradient buckets", {"a:4,d:4", "d:4,b:4", "b:4"}, c_train_step}, {{"a:m", "a:m;b:m", "a:b;b:m", NULL}, 1}},
-};
-static int break_values, bf16_mode, storage_mode, bf16_dots;
+static int break_values, bf16_dots;
 static long bf16_dot_count; /* bf16 x bf16 dot_generals compiled (--bf16-dots) */
 static char mesh_name[64]; /* for the report lines */
 static int op_pass[MTF_OP_COUNT], op_fail[MTF_OP_COUNT];
-
-static double max_abs(const double *x, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-  return m;
-}
-
-static void fill_ids(int32_t *ids, double *as_double, int64_t n, int64_t vocab) {
-  for (int64_t i = 0; i < n; i++) {
-    ids[i] = (int32_t)((i * 5 + 2) % (vocab + 1)) - (i == 1); /* as backend_conformance.c: ids -1 and vocab too */
-    as_double[i] = ids[i];
-  }
-}
 
 /* Copies between a whole tensor (shape full) and one device's slice (shape local at offsets), 4-byte
  * elements; to_slice 1: full -> slice. */
@@ -263,86 +218,31 @@ done:
   return res;
 }
 
-/* extra: NULL, or explicit layouts (NULL-terminated) for a multi-device mesh and, with train, an SGD step
- * assigned to every variable but the first, with gradient buckets. */
-typedef struct extra_layouts extra;
-
-static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, const mtf_shape *mesh, const extra *x) {
+/* given, train: a step case's layouts and SGD step (conformance_cases.h), else NULL, 0. */
+static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, const mtf_shape *mesh,
+                     const char *const *given, int train) {
   static const mtf_shape one_device = {1, {{"m", 1}}};
   if (only_cases && !strstr(c->name, only_cases)) return;
-  mtf_graph *g = mtf_graph_create(1234);
-  if (bf16_mode) mtf_graph_set_matmul_dtype(g, MTF_BF16);
-  mtf_tensor vars[MAX_VARS], grads[MAX_VARS], inputs[MAX_INPUTS];
-  int n_vars = 0, n_inputs = 0;
-  for (int i = 0; i < MAX_VARS && c->var_shapes[i]; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "x%d", i);
-    mtf_shape s = S(c->var_shapes[i]);
-    vars[n_vars++] = mtf_variable(g, name, &s, MTF_INIT_NORMAL, 1.0f);
-  }
-  mtf_tensor operands[MAX_VARS];
-  for (int i = 0; i < n_vars; i++) operands[i] = storage_mode ? bf16_stored(g, vars[i]) : vars[i];
-  mtf_tensor y = c->build(g, operands, inputs, &n_inputs);
-  if (storage_mode && mtf_tensor_dtype(g, y) != MTF_I32) y = mtf_cast(g, mtf_cast(g, y, MTF_BF16), MTF_F32);
-  mtf_shape ys = *mtf_tensor_shape(g, y), scalar = {0};
-  mtf_tensor projection = mtf_variable(g, "projection", &ys, MTF_INIT_NORMAL, 1.0f);
-  mtf_tensor loss = mtf_reduce_sum(g, mtf_multiply(g, y, projection), &scalar);
-  int n_grads = forward_only ? 0 : n_vars;
-  if (!forward_only) CHECK(mtf_gradients(g, loss, n_vars, vars, grads) == MTF_OK);
-  for (int v = 1; x && x->train && v < n_vars; v++)
-    mtf_assign(g, vars[v], mtf_subtract(g, vars[v], mtf_scalar_multiply(g, grads[v], 0.1f)));
-  mtf_plan_options options = {.allreduce_bucket_bytes = x && x->train ? 1 << 20 : 0, .bf16_storage = storage_mode};
-  const double bound = bf16_mode ? 0x1p-7 : 2e-5;
-  mtf_error err;
-  if (mtf_graph_status(g, &err)) {
-    fprintf(stderr, "FAIL %s: graph error: %s\n", c->name, err.msg);
-    CHECK(0);
-    mtf_graph_destroy(g);
-    return;
-  }
-  int32_t *ids[MAX_INPUTS];
-  double *ids_double[MAX_INPUTS];
-  for (int i = 0; i < n_inputs; i++) {
-    int64_t n = mtf_shape_num_elements(mtf_tensor_shape(g, inputs[i]));
-    ids[i] = malloc(sizeof(int32_t) * (size_t)n);
-    ids_double[i] = malloc(sizeof(double) * (size_t)n);
-    fill_ids(ids[i], ids_double[i], n, 6);
-  }
-  double **ref = mtf_reference_evaluate(g, ids_double, NULL);
-  mtf_tensor fetches[1 + MAX_VARS] = {y};
-  for (int v = 0; v < n_grads; v++) fetches[1 + v] = grads[v];
-  /* the layouts of backend_conformance.c */
-  char dims[12][MTF_NAME_MAX];
-  int n_dims = 0;
-  for (int t = 0; t < n_vars + n_inputs; t++) {
-    const mtf_shape *s = mtf_tensor_shape(g, t < n_vars ? vars[t] : inputs[t - n_vars]);
-    for (int d = 0; d < s->rank; d++) {
-      int seen = s->dims[d].size % mesh->dims[0].size != 0;
-      for (int k = 0; k < n_dims && !seen; k++) seen = strcmp(dims[k], s->dims[d].name) == 0;
-      if (!seen && n_dims < 12) snprintf(dims[n_dims++], MTF_NAME_MAX, "%s", s->dims[d].name);
-    }
-  }
-  static char layouts[80][4 * MTF_NAME_MAX + 8];
-  layouts[0][0] = 0;
-  int n_layouts = 1;
-  const char *axis = mesh->dims[0].name;
-  for (int i = 0; x && mesh->dims[0].size > 1 && i < 4 && x->layouts[i]; i++)
-    snprintf(layouts[n_layouts++], sizeof layouts[0], "%s", x->layouts[i]);
-  for (int i = 0; !x && i < n_dims && mesh->dims[0].size > 1; i++) {
-    snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s", dims[i], axis);
-    for (int j = i + 1; j < n_dims && n_layouts < 80; j++)
-      snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s;%.31s:%.31s", dims[i], axis, dims[j], axis);
-  }
+  conformance_graph cg;
+  if (!conformance_graph_build(c, forward_only, train, &cg)) return;
+  mtf_graph *g = cg.g;
+  mtf_plan_options options = {.allreduce_bucket_bytes = train ? 1 << 20 : 0, .bf16_storage = storage_mode};
+  const double bound = conformance_bound();
+  static conformance_layout layouts[CONFORMANCE_MAX_LAYOUTS];
+  int n_layouts = conformance_layouts(&cg, mesh, given, 0, layouts);
   double worst = 0, worst_base = 0;
   int ok = 1, run_layouts = 0;
   char first_error[600] = "";
   /* on more than one device, first the one-device values the split layouts must also match */
+  /* y and the gradients: the module's results hold the updated variables themselves (checked against the values
+   * assigned to them) */
+  int n_fetches = 1 + cg.n_grads;
   double **base = NULL;
   if (mesh->dims[0].size > 1) {
     base = calloc((size_t)g->n_nodes, sizeof(double *));
     int skipped = 0;
-    run_result r = run_layout(rt, g, &one_device, "", 1 + n_grads, fetches, inputs, n_inputs, ids, ref, NULL, base,
-                              &options, &skipped);
+    run_result r = run_layout(rt, g, &one_device, "", n_fetches, cg.fetches, cg.inputs, cg.n_inputs, cg.ids, cg.ref,
+                              NULL, base, &options, &skipped);
     if (!r.ok) {
       ok = 0;
       snprintf(first_error, sizeof first_error, "one device: %.400s", r.what);
@@ -350,8 +250,8 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   }
   for (int l = 0; l < n_layouts && ok; l++) {
     int skipped = 0;
-    run_result r = run_layout(rt, g, mesh, layouts[l], 1 + n_grads, fetches, inputs, n_inputs, ids, ref, base, NULL,
-                              &options, &skipped);
+    run_result r = run_layout(rt, g, mesh, layouts[l], n_fetches, cg.fetches, cg.inputs, cg.n_inputs, cg.ids, cg.ref,
+                              base, NULL, &options, &skipped);
     worst_base = fmax(worst_base, r.worst_base);
     run_layouts += !skipped;
     if (!r.ok) {
@@ -372,12 +272,7 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   for (int i = 0; i < g->n_nodes; i++) used[g->nodes[i].kind] = 1;
   for (int k = 0; k < MTF_OP_COUNT; k++)
     if (used[k]) (pass ? op_pass : op_fail)[k]++;
-  for (int i = 0; i < n_inputs; i++) {
-    free(ids[i]);
-    free(ids_double[i]);
-  }
-  mtf_reference_free(g, ref);
-  mtf_graph_destroy(g);
+  conformance_graph_free(&cg);
 }
 
 /* Dropout masks with a run's random offset and a microbatch (the RANDOM_OFFSET and MICROBATCH parameters),
@@ -482,12 +377,13 @@ int main(int argc, char **argv) {
     fprintf(stderr, "FAIL: %s\n", err.msg);
     return 1;
   }
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(rt, &cases[i], 0, &mesh, NULL);
-  for (size_t i = 0; bf16_mode && i < sizeof bf16_cases / sizeof bf16_cases[0]; i++) run_case(rt, &bf16_cases[i], 0, &mesh, NULL);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(rt, &cases[i], 0, &mesh, NULL, 0);
+  for (size_t i = 0; bf16_mode && i < sizeof bf16_cases / sizeof bf16_cases[0]; i++)
+    run_case(rt, &bf16_cases[i], 0, &mesh, NULL, 0);
   for (size_t i = 0; i < sizeof forward_only_cases / sizeof forward_only_cases[0]; i++)
-    run_case(rt, &forward_only_cases[i], 1, &mesh, NULL);
+    run_case(rt, &forward_only_cases[i], 1, &mesh, NULL, 0);
   for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
-    run_case(rt, &step_cases[i].c, 0, &mesh, &step_cases[i].x);
+    run_case(rt, &step_cases[i].c, 0, &mesh, step_cases[i].layouts, step_cases[i].train);
   if (!only_cases || strstr("dropout mask with a random offset", only_cases)) {
     check_random_offset(rt, &mesh, "");
     if (mesh.dims[0].size == 2 || mesh.dims[0].size == 4) check_random_offset(rt, &mesh, "a:m");
