@@ -40,6 +40,14 @@ static void check_enum_choices(mtf_config *cfg) {
       C("train.allreduce_overlap", "off", MTF_OVERLAP_OFF, train.allreduce_overlap),
       C("train.recompute", "none", MTF_RECOMPUTE_NONE, train.recompute),
       C("train.recompute", "block", MTF_RECOMPUTE_BLOCK, train.recompute),
+      C("train.optimizer", "adafactor", MTF_OPT_ADAFACTOR, train.optimizer),
+      C("train.optimizer", "adamw", MTF_OPT_ADAMW, train.optimizer),
+      C("train.optimizer", "sgd", MTF_OPT_SGD, train.optimizer),
+      C("train.schedule", "constant", MTF_SCHEDULE_CONSTANT, train.schedule),
+      C("train.schedule", "linear_warmup", MTF_SCHEDULE_LINEAR_WARMUP, train.schedule),
+      C("train.schedule", "rsqrt", MTF_SCHEDULE_RSQRT, train.schedule),
+      C("train.schedule", "cosine", MTF_SCHEDULE_COSINE, train.schedule),
+      C("train.schedule", "linear_decay", MTF_SCHEDULE_LINEAR_DECAY, train.schedule),
       C("backend.precision", "fp32", MTF_NUMBERS_FP32, precision),
       C("backend.precision", "bf16", MTF_NUMBERS_BF16, precision),
       C("backend.grad_reduce", "fp32", MTF_NUMBERS_FP32, grad_reduce),
@@ -73,7 +81,7 @@ int main(int argc, char **argv) {
                   "train: {batch: 32, learning_rate: 3e-4, optimizer: adamw}\nrun: {dir: /tmp/x}\n", &err) == MTF_OK);
   CHECK(cfg->model.d_model == 128 && cfg->model.norm == MTF_NORM_LAYER && cfg->model.d_ff == 256);
   CHECK(cfg->mesh_shape.rank == 2 && cfg->mesh_shape.dims[1].size == 4 && cfg->layout.count == 2);
-  CHECK(cfg->train.batch == 32 && cfg->train.learning_rate == 3e-4 && strcmp(cfg->train.optimizer, "adamw") == 0);
+  CHECK(cfg->train.batch == 32 && cfg->train.learning_rate == 3e-4 && cfg->train.optimizer == MTF_OPT_ADAMW);
   CHECK(load(cfg, "mesh: {shape: \"b:2;m:2\"}\n", &err) == MTF_OK && cfg->mesh_shape.rank == 2);
   check_enum_choices(cfg);
 

@@ -99,11 +99,11 @@ static const key_spec schema[] = {
     {"train.steps", KEY_INT, F(train.steps), "100", 0, BIG, NULL, "training steps"},
     {"train.seed", KEY_INT, F(train.seed), "1", 0, BIG, NULL, "seed of initialisation, data order and dropout"},
     {"train.log_every", KEY_INT, F(train.log_every), "10", 1, BIG, NULL, "steps between log lines"},
-    {"train.optimizer", KEY_CHOICE, F(train.optimizer), "adafactor", 0, 0, "adafactor|adamw|sgd", "optimizer"},
+    {"train.optimizer", KEY_ENUM, F(train.optimizer), "adafactor", 0, 0, "adafactor|adamw|sgd", "optimizer"},
     {"train.learning_rate", KEY_FLOAT, F(train.learning_rate), "0.01", 0, 1e3, NULL, "peak learning rate"},
     {"train.min_learning_rate", KEY_FLOAT, F(train.min_learning_rate), "0.0", 0, 1e3, NULL,
      "floor of the cosine and linear_decay schedules"},
-    {"train.schedule", KEY_CHOICE, F(train.schedule), "rsqrt", 0, 0, "constant|linear_warmup|rsqrt|cosine|linear_decay",
+    {"train.schedule", KEY_ENUM, F(train.schedule), "rsqrt", 0, 0, "constant|linear_warmup|rsqrt|cosine|linear_decay",
      "learning-rate schedule"},
     {"train.warmup_steps", KEY_INT, F(train.warmup_steps), "10", 0, BIG, NULL, "warmup steps of the schedule"},
     {"train.clip_grad_norm", KEY_FLOAT, F(train.clip_grad_norm), "0.0", 0, 1e9, NULL,
@@ -644,7 +644,7 @@ int mtf_config_validate(mtf_config *cfg, mtf_error *err) {
   MTF_CHECK(check_model_size(cfg, src, err));
   int rc = mtf_layout_rules_parse(cfg->mesh_layout, &cfg->layout, err);
   if (rc) return mtf_error_prefix(err, "%s: mesh.layout", src);
-  if (cfg->train.warmup_steps > 0 && !strcmp(cfg->train.schedule, "constant")) cfg->train.warmup_steps = 0;
+  if (cfg->train.warmup_steps > 0 && cfg->train.schedule == MTF_SCHEDULE_CONSTANT) cfg->train.warmup_steps = 0;
   if (cfg->train.batch % cfg->train.microbatches != 0)
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: train.microbatches (%lld) does not divide train.batch (%lld): every "
                          "microbatch must hold the same number of sequences; pick a divisor of %lld", src,

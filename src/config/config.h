@@ -15,6 +15,7 @@
 #include "comm/comm_mode.h"
 #include "core/shape.h"
 #include "io/pack_mode.h"
+#include "train/train_kinds.h"
 
 #define MTF_CONFIG_TEXT 256
 #define MTF_CONFIG_PATH 512
@@ -74,9 +75,9 @@ typedef struct mtf_model_config {
 
 typedef struct mtf_train_config {
   int64_t batch, steps, seed, log_every;
-  char optimizer[MTF_CONFIG_TEXT]; /* adafactor | adamw | sgd */
+  mtf_optimizer_kind optimizer;    /* adafactor | adamw | sgd */
   double learning_rate, min_learning_rate;
-  char schedule[MTF_CONFIG_TEXT];  /* constant | linear_warmup | rsqrt | cosine | linear_decay */
+  mtf_schedule_kind schedule;      /* constant | linear_warmup | rsqrt | cosine | linear_decay */
   int64_t warmup_steps;
   double clip_grad_norm, weight_decay, beta1, beta2, momentum;
   int64_t checkpoint_every, keep_checkpoints, prefetch, eval_every, eval_batches;

@@ -8,8 +8,7 @@
 #include "train/optimizer.h"
 
 static int optimizer_config(const mtf_config *cfg, mtf_optimizer_config *opt, mtf_error *err) {
-  mtf_optimizer_kind kind;
-  MTF_CHECK(mtf_optimizer_parse_kind(cfg->train.optimizer, &kind, err));
+  mtf_optimizer_kind kind = cfg->train.optimizer;
   mtf_optimizer_defaults(kind, opt);
   opt->clip_grad_norm = (float)cfg->train.clip_grad_norm;
   opt->policy_sums = cfg->model.bf16_matmuls;

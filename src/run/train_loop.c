@@ -41,7 +41,9 @@ static int save_checkpoint(mtf_run_state *st, mtf_loader *loader, int64_t step, 
 static int schedule_of(const mtf_train_config *tc, mtf_schedule_config *schedule, mtf_error *err) {
   *schedule = (mtf_schedule_config){.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
                                     .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
-  return mtf_schedule_parse_kind(tc->schedule, &schedule->kind, err);
+  (void)err;
+  schedule->kind = tc->schedule;
+  return MTF_OK;
 }
 
 /* A resumed run whose learning-rate schedule is not the checkpoint's (train.steps raised to train on, say):
@@ -65,8 +67,8 @@ static void warn_schedule_change(const char *path, const mtf_config *cfg, int64_
       size_t used = 0;
 #define CHANGED(cond, ...) \
   if ((cond) && used < sizeof changes) used += (size_t)snprintf(changes + used, sizeof changes - used, __VA_ARGS__)
-      CHANGED(now.kind != before.kind, "%strain.schedule %s -> %s", used ? ", " : "", saved->train.schedule,
-              cfg->train.schedule);
+      CHANGED(now.kind != before.kind, "%strain.schedule %s -> %s", used ? ", " : "",
+              mtf_schedule_kind_name(before.kind), mtf_schedule_kind_name(now.kind));
       CHANGED(now.learning_rate != before.learning_rate, "%strain.learning_rate %g -> %g", used ? ", " : "",
               before.learning_rate, now.learning_rate);
       CHANGED(now.warmup_steps != before.warmup_steps, "%strain.warmup_steps %lld -> %lld", used ? ", " : "",

@@ -8,7 +8,7 @@
 
 static const mtf_shape scalar_shape = {0};
 
-static const char *const optimizer_names[] = {"sgd", "adamw", "adafactor"};
+static const char *const optimizer_names[] = {"adafactor", "adamw", "sgd"}; /* by mtf_optimizer_kind */
 enum { OPTIMIZER_KINDS = sizeof optimizer_names / sizeof optimizer_names[0] };
 
 void mtf_optimizer_defaults(mtf_optimizer_kind kind, mtf_optimizer_config *cfg) {
@@ -24,16 +24,6 @@ void mtf_optimizer_defaults(mtf_optimizer_kind kind, mtf_optimizer_config *cfg) 
   cfg->epsilon2 = 1e-3f;
   cfg->multiply_by_parameter_scale = 1;
   cfg->min_dim_size_to_factor = 128; /* Mesh TF's default: smaller variables keep a full second moment */
-}
-
-int mtf_optimizer_parse_kind(const char *name, mtf_optimizer_kind *kind, mtf_error *err) {
-  for (int k = 0; k < OPTIMIZER_KINDS; k++)
-    if (name && strcmp(name, optimizer_names[k]) == 0) {
-      *kind = (mtf_optimizer_kind)k;
-      return MTF_OK;
-    }
-  return mtf_error_set(err, MTF_ERR_PARSE, "unknown optimizer '%s': valid optimizers are adafactor, adamw, sgd",
-                       name ? name : "(null)");
 }
 
 const char *mtf_optimizer_kind_name(mtf_optimizer_kind kind) {

@@ -40,8 +40,7 @@
 #define MTF_TRAIN_OPTIMIZER_H
 
 #include "mtf.h"
-
-typedef enum mtf_optimizer_kind { MTF_OPT_SGD, MTF_OPT_ADAMW, MTF_OPT_ADAFACTOR } mtf_optimizer_kind;
+#include "train/train_kinds.h"
 
 typedef struct mtf_optimizer_config {
   mtf_optimizer_kind kind;
@@ -66,8 +65,7 @@ typedef struct mtf_optimizer_config {
 /* Fills cfg with the defaults above for `kind`. */
 void mtf_optimizer_defaults(mtf_optimizer_kind kind, mtf_optimizer_config *cfg);
 
-/* "adafactor", "adamw", "sgd"; an unknown name is an MTF_ERR_PARSE whose message lists the valid ones. */
-int mtf_optimizer_parse_kind(const char *name, mtf_optimizer_kind *kind, mtf_error *err);
+/* "adafactor", "adamw", "sgd" (the config's train.optimizer text); "unknown" for another value. */
 const char *mtf_optimizer_kind_name(mtf_optimizer_kind kind);
 
 /* MTF_OK, or MTF_ERR_INVALID naming the setting that is out of range (a beta outside [0, 1), a negative

@@ -8,18 +8,6 @@
 static const char *const schedule_names[] = {"constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"};
 enum { SCHEDULE_KINDS = sizeof schedule_names / sizeof schedule_names[0] };
 
-int mtf_schedule_parse_kind(const char *name, mtf_schedule_kind *kind, mtf_error *err) {
-  for (int k = 0; k < SCHEDULE_KINDS; k++)
-    if (name && strcmp(name, schedule_names[k]) == 0) {
-      *kind = (mtf_schedule_kind)k;
-      return MTF_OK;
-    }
-  return mtf_error_set(err, MTF_ERR_PARSE,
-                       "unknown learning-rate schedule '%s': valid schedules are constant, linear_warmup, rsqrt, "
-                       "cosine, linear_decay",
-                       name ? name : "(null)");
-}
-
 const char *mtf_schedule_kind_name(mtf_schedule_kind kind) {
   return (int)kind >= 0 && (int)kind < SCHEDULE_KINDS ? schedule_names[kind] : "unknown";
 }

@@ -18,14 +18,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-
-typedef enum mtf_schedule_kind {
-  MTF_SCHEDULE_CONSTANT,
-  MTF_SCHEDULE_LINEAR_WARMUP,
-  MTF_SCHEDULE_RSQRT,
-  MTF_SCHEDULE_COSINE,
-  MTF_SCHEDULE_LINEAR_DECAY
-} mtf_schedule_kind;
+#include "train/train_kinds.h"
 
 typedef struct mtf_schedule_config {
   mtf_schedule_kind kind;
@@ -35,9 +28,8 @@ typedef struct mtf_schedule_config {
   double min_learning_rate; /* cosine and linear_decay only */
 } mtf_schedule_config;
 
-/* "constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"; an unknown name is an MTF_ERR_PARSE whose
- * message lists the valid ones. */
-int mtf_schedule_parse_kind(const char *name, mtf_schedule_kind *kind, mtf_error *err);
+/* "constant", "linear_warmup", "rsqrt", "cosine", "linear_decay" (the config's train.schedule text); "unknown"
+ * for another value. */
 const char *mtf_schedule_kind_name(mtf_schedule_kind kind);
 
 /* MTF_OK, or MTF_ERR_INVALID for settings no schedule can follow (negative rates or steps, min_learning_rate

@@ -159,12 +159,10 @@ static void check_against_reference(const char *what, const mtf_optimizer_config
 /* ---- configuration and argument errors ---- */
 static void check_errors(void) {
   mtf_error err;
-  mtf_optimizer_kind kind;
-  CHECK(mtf_optimizer_parse_kind("adamw", &kind, &err) == MTF_OK && kind == MTF_OPT_ADAMW);
-  CHECK(mtf_optimizer_parse_kind("adafactor", &kind, &err) == MTF_OK && kind == MTF_OPT_ADAFACTOR);
-  CHECK(mtf_optimizer_parse_kind("sgd", &kind, &err) == MTF_OK && kind == MTF_OPT_SGD);
-  CHECK(mtf_optimizer_parse_kind("adam", &kind, &err) == MTF_ERR_PARSE);
-  CHECK_CONTAINS(err.msg, "unknown optimizer 'adam'", "adafactor", "adamw", "sgd");
+  /* the names messages give, the config's choices text (test_config checks the choices' enum values) */
+  CHECK(strcmp(mtf_optimizer_kind_name(MTF_OPT_ADAMW), "adamw") == 0);
+  CHECK(strcmp(mtf_optimizer_kind_name(MTF_OPT_ADAFACTOR), "adafactor") == 0);
+  CHECK(strcmp(mtf_optimizer_kind_name(MTF_OPT_SGD), "sgd") == 0);
 
   mtf_optimizer_config cfg;
   mtf_optimizer_defaults(MTF_OPT_ADAMW, &cfg);

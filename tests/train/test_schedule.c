@@ -53,15 +53,10 @@ static void check_values(void) {
 
 static void check_parse_and_validate(void) {
   mtf_error err;
-  mtf_schedule_kind kind;
+  /* the names messages give, the config's choices text (test_config checks the choices' enum values) */
   const char *names[] = {"constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"};
-  for (int k = 0; k < 5; k++) {
-    CHECK(mtf_schedule_parse_kind(names[k], &kind, &err) == MTF_OK && (int)kind == k);
-    CHECK(strcmp(mtf_schedule_kind_name(kind), names[k]) == 0);
-  }
-  CHECK(mtf_schedule_parse_kind("cosine_decay", &kind, &err) == MTF_ERR_PARSE);
-  CHECK_CONTAINS(err.msg, "unknown learning-rate schedule 'cosine_decay'", "constant", "linear_warmup", "rsqrt",
-                 "cosine,", "linear_decay");
+  for (int k = 0; k < 5; k++) CHECK(strcmp(mtf_schedule_kind_name((mtf_schedule_kind)k), names[k]) == 0);
+  CHECK(strcmp(mtf_schedule_kind_name((mtf_schedule_kind)5), "unknown") == 0);
 
   mtf_schedule_config cfg = {.kind = MTF_SCHEDULE_COSINE, .learning_rate = 0.01, .warmup_steps = 100,
                              .total_steps = 100};
