@@ -1,7 +1,6 @@
 /* A whole program on PJRT devices (see program.h): buffers, donation and the host side of I/O. */
 #include "exec/pjrt/program.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +8,9 @@
 
 #define ELEM 4 /* f32 and int32: every tensor of a plan */
 
-/* Variables by graph node, one buffer per device, shared by the programs of one graph. */
+/* Variables by graph node, one buffer per device, shared by the programs of one graph: counted references, so
+ * the programs may go in any order (the order of the sessions around them, whose runtime the first one owns, is
+ * exec/session.c's to enforce, for every kind alike). */
 typedef struct variable_store {
   int refs;
   int n_nodes, n_devices;
@@ -24,8 +25,6 @@ struct mtf_pjrt_program {
   mtf_pjrt_value *params, *results;
   mtf_pjrt_executable *exe;
   variable_store *store;
-  mtf_pjrt_program *owner; /* whose store this is, or NULL */
-  int borrowers;
   mtf_pjrt_buffer **inputs;  /* [param * n + device] for INPUT params */
   mtf_pjrt_buffer **fetched; /* [result * n + device] for FETCH results, after a run */
   unsigned char *keep;       /* per param: not donated (every param no result aliases) */
@@ -138,8 +137,6 @@ int mtf_pjrt_program_create(mtf_pjrt_runtime *rt, mtf_plan *const *plans, int n_
     memcpy(p->results, module->results, sizeof *p->results * (size_t)module->n_results);
     if (share_with) {
       p->store = share_with->store;
-      p->owner = share_with;
-      share_with->borrowers++;
       p->store->refs++;
     } else {
       p->store = calloc(1, sizeof *p->store);
@@ -164,12 +161,6 @@ int mtf_pjrt_program_create(mtf_pjrt_runtime *rt, mtf_plan *const *plans, int n_
 
 void mtf_pjrt_program_destroy(mtf_pjrt_program *p) {
   if (!p) return;
-  if (p->borrowers > 0) {
-    fprintf(stderr, "mtf: mtf_pjrt_program_destroy: %d program(s) still share this program's variables; destroy "
-            "them first\n", p->borrowers);
-    abort();
-  }
-  if (p->owner) p->owner->borrowers--;
   if (p->inputs)
     for (int i = 0; i < p->n_params * p->n; i++) mtf_pjrt_buffer_destroy(p->rt, p->inputs[i]);
   if (p->fetched)

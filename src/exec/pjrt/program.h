@@ -26,7 +26,7 @@ typedef struct mtf_pjrt_program mtf_pjrt_program;
  * values (mtf_plan_initial_slice: the same as on cpu), inputs as zeros. */
 int mtf_pjrt_program_create(mtf_pjrt_runtime *rt, mtf_plan *const *plans, int n_plans, const mtf_pjrt_module *module,
                             mtf_pjrt_program *share_with, mtf_pjrt_program **out, mtf_error *err);
-/* Programs sharing this one's variables must be destroyed first (as sessions). */
+/* In any order: shared variables live until the last program holding them goes. */
 void mtf_pjrt_program_destroy(mtf_pjrt_program *p);
 
 /* A whole input tensor (row-major over its global shape; f32 or int32 bits as the input's dtype): each
