@@ -3,7 +3,7 @@
 # CTest suite (as many tests at once as cores: MPI tests oversubscribe, tests that share a resource lock it), then builds again with AddressSanitizer/UBSan (CPU only) and runs the suite once more (less the
 # tests labelled `long`, learning runs whose code paths shorter tests already cover under the sanitizers, and
 # `harness`, the tests of the test that plant a wrong kernel; built at -O1, and LeakSanitizer checks rank 0
-# of each mtf job: src/cli/lsan_rank.c says why), then
+# of each mtf job: tests/supp/lsan_rank.c says why), then
 # builds the libFuzzer targets with clang (ASan/UBSan) and runs each for 30 s (tools/fuzz.sh).
 # Exits non-zero if any step or test fails, or a fuzz target finds a crash, leak or sanitizer report.
 #   MTF_TEST_ASAN=0  skip the sanitizer pass        MTF_BUILD_DIR=DIR  build directory (default build)
