@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "comm/mpi_comm.h"
+#include "core/rng.h"
 #include "exec/backend.h"
 #include "../graph/ref_eval.h"
 
@@ -175,6 +176,50 @@ static void run_case(const op_case *c, int forward_only, const char *const *give
   conformance_graph_free(&cg);
 }
 
+/* Dropout masks with a run's random offset and a microbatch (mtf_session_set_random_offset, _set_microbatch),
+ * which the cases leave at 0 and 1: a random_keep of [a, d] under microbatch `index` of 3 along a, against
+ * mtf_uniform01 numbered as mtf_random_extent says, computed here (pjrt_conformance.c checks its programs so). */
+static void check_random_offset(const char *backend, mtf_comm *comm, const char *layout_text) {
+  if (only_cases && !strstr("dropout mask with a random offset", only_cases)) return;
+  const uint64_t offset = 0x9abcdef012345678ULL, key = 7;
+  const int index = 2, count = 3;
+  const float keep = 0.5f;
+  mtf_graph *g = mtf_graph_create(99);
+  mtf_shape s = S("a:4,d:6");
+  mtf_tensor y = mtf_random_keep(g, &s, keep, key);
+  mtf_layout_rules rules;
+  mtf_error err = {0};
+  mtf_layout_rules_parse(layout_text, &rules, &err);
+  mtf_plan *plan = NULL;
+  mtf_session *session = NULL;
+  mtf_session_options options = {.backend = backend};
+  float got[24];
+  int rc = mtf_plan_create(g, &comm->mesh, &rules, comm->rank, 1, &y, &plan, &err);
+  if (rc == MTF_OK) rc = mtf_session_create(plan, comm, &options, &session, &err);
+  if (rc == MTF_OK) {
+    mtf_session_set_random_offset(session, offset);
+    rc = mtf_session_set_microbatch(session, "a", index, count, &err);
+  }
+  if (rc == MTF_OK) rc = mtf_session_run(session, &err);
+  if (rc == MTF_OK) rc = mtf_session_fetch(session, y, got, &err);
+  int64_t parts = strstr(layout_text, "a:") ? comm->mesh.dims[0].size : 1, rows = 4 / parts, mismatches = 0;
+  for (int64_t i = 0; rc == MTF_OK && i < 4; i++)
+    for (int64_t j = 0; j < 6; j++) {
+      /* row i is local row i % rows of the rank holding [i / rows * rows, ...): the whole batch's row of it */
+      int64_t row = (i / rows) * rows * count + index * rows + i % rows;
+      float want = mtf_uniform01(g->seed, mtf_run_key(key, offset), (uint64_t)(row * 6 + j)) < (double)keep;
+      mismatches += got[i * 6 + j] != want;
+    }
+  if (rc != MTF_OK && world_rank == 0) fprintf(stderr, "random offset (%s): %s\n", backend, err.msg);
+  if (world_rank == 0)
+    printf("%s %-8s %-38s layout '%s', %lld of 24 mask elements differ\n", rc == MTF_OK && !mismatches ? "ok  " : "FAIL",
+           backend, "dropout mask with a random offset and microbatch", layout_text, (long long)mismatches);
+  CHECK(rc == MTF_OK && mismatches == 0);
+  mtf_session_destroy(session);
+  mtf_plan_destroy(plan);
+  mtf_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -214,8 +259,8 @@ int main(int argc, char **argv) {
   snprintf(kinds, sizeof kinds, "%s", only_backend ? only_backend : mtf_backend_kinds());
   for (char *save = NULL, *kind = strtok_r(kinds, ", ", &save); kind; kind = strtok_r(NULL, ", ", &save))
   {
-    /* A kind that runs whole programs (pjrt), not plan steps through kernels, has its own driver of these
-     * cases: pjrt_conformance.c. */
+    /* A kind that runs whole programs (pjrt), not plan steps through kernels, runs the same harness and cases
+     * through its own runner: pjrt_conformance.c. */
     const mtf_backend_caps *caps = mtf_backend_capabilities(kind);
     if (caps && caps->one_program) continue;
     /* A backend whose device is absent here (cuda on a machine without a GPU) is listed as skipped, with the
@@ -235,6 +280,12 @@ int main(int argc, char **argv) {
       run_case(&forward_only_cases[i], 1, NULL, 0, kind, comm);
     for (size_t i = 0; i < sizeof step_cases / sizeof step_cases[0]; i++)
       run_case(&step_cases[i].c, 0, step_cases[i].layouts, step_cases[i].train, kind, comm);
+    if (caps && caps->microbatches) {
+      int64_t size = comm->mesh.dims[0].size;
+      check_random_offset(kind, comm, "");
+      if (size == 2 || size == 4) check_random_offset(kind, comm, "a:m");
+      if (size == 2) check_random_offset(kind, comm, "d:m");
+    }
   }
   /* A bfloat16 tensor reaches only the ops whose entry takes it: any other op refuses it at build time. */
   {

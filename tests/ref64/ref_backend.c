@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "core/rng.h"
 #include "exec/backend.h"
 #include "exec/rows.h"
 #include "exec/scan.h"
@@ -154,6 +155,10 @@ static int k_reference(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
   node.dtype = st->out_dtype;
   node.shape = st->out_shape;
   node.params = st->params;
+  /* a run's draws: the op's key mixed with the session's random offset, as every backend's random kernels do */
+  if (st->op == MTF_OP_RANDOM_KEEP) node.params.random.key = mtf_run_key(st->params.random.key, a->random_offset);
+  if (st->op == MTF_OP_ATTENTION || st->op == MTF_OP_ATTENTION_GRAD || st->op == MTF_OP_ATTENTION_BIAS_GRAD)
+    node.params.attention.key = mtf_run_key(st->params.attention.key, a->random_offset);
   node.n_inputs = st->n_in;
   node.bf16_policy = st->bf16_policy;
   ref_inputs in;
