@@ -14,13 +14,12 @@
 #include "mtf.h"
 
 /* KEY_BACKEND: a backend kind, which must be built in (mtf_backend_check). */
-/* KEY_CHOICE keeps the text; KEY_ENUM stores the choice's position in `choices` as an int (config.h's enums). */
+/* KEY_ENUM: one of `choices`, stored as its position there, an int (the enums config.h includes). */
 typedef enum key_type {
   KEY_INT,
   KEY_FLOAT,
   KEY_BOOL,
   KEY_TEXT,
-  KEY_CHOICE,
   KEY_ENUM,
   KEY_MESH,
   KEY_PATH,
@@ -33,7 +32,7 @@ typedef struct key_spec {
   size_t offset;
   const char *fallback; /* default, as YAML text */
   double min, max;      /* numbers: inclusive range */
-  const char *choices;  /* KEY_CHOICE: "a|b|c" */
+  const char *choices;  /* KEY_ENUM: "a|b|c" */
   const char *help;
 } key_spec;
 
@@ -312,7 +311,6 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
       else
         return mtf_error_set(err, MTF_ERR_PARSE, "%s%s: '%s' is not true or false", where, spec->path, text);
       return MTF_OK;
-    case KEY_CHOICE:
     case KEY_ENUM: {
       size_t len = strlen(text);
       const char *c = spec->choices;
@@ -320,8 +318,7 @@ static int store_scalar(mtf_config *cfg, const key_spec *spec, const char *text,
         const char *bar = strchr(c, '|');
         size_t n = bar ? (size_t)(bar - c) : strlen(c);
         if (n == len && strncmp(c, text, n) == 0) {
-          if (spec->type == KEY_ENUM) *(int *)field = index;
-          else snprintf(field, MTF_CONFIG_TEXT, "%s", text);
+          *(int *)field = index;
           return MTF_OK;
         }
         c = bar ? bar + 1 : NULL;
@@ -715,7 +712,6 @@ void mtf_config_print(const mtf_config *cfg, FILE *out) {
         break;
       }
       case KEY_BOOL: fprintf(out, "%s", *(const int *)field ? "true" : "false"); break;
-      case KEY_CHOICE:
       case KEY_BACKEND: fprintf(out, "%s", field); break;
       case KEY_ENUM: fprintf(out, "%s", choice_text(spec, *(const int *)field)); break;
       case KEY_TEXT:

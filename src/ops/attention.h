@@ -78,7 +78,8 @@ typedef struct mtf_attention_mask {
   int64_t global_size[MTF_MAX_RANK], offset[MTF_MAX_RANK]; /* per batch dim: whole size, this slice's start */
 } mtf_attention_mask;
 
-/* From a step's output shape, global dims and offsets (NULL, NULL: whole tensors, as the reference sees). */
+/* From a step's output shape, global dims and offsets (NULL, NULL: whole tensors, as the reference sees them
+ * unless given a slice's). */
 void mtf_attention_mask_make(const mtf_attention_geometry *geo, const mtf_shape *out_shape, const int64_t *global_dims,
                              const int64_t *offsets, uint64_t seed, uint64_t key, float keep, mtf_attention_mask *mask);
 uint64_t mtf_attention_mask_base(const mtf_attention_geometry *geo, const mtf_attention_mask *mask, int64_t b);

@@ -8,7 +8,8 @@
  *   lower      the lowering rule: which kernel steps and collectives the node's layout implies.
  *   flops      floating-point operations of one kernel step (the plan's FLOP count, MFU).
  *   scratch    elements of arena scratch one kernel step needs (0 when NULL).
- *   reference  the double-precision value on whole tensors, for tests and the conformance test.
+ *   reference  the double-precision value on whole tensors, for tests and the conformance test (or on a
+ *              step's local slices: mtf_ref_args.random_*).
  *   takes_bf16 1 for the ops given bfloat16 tensors (cast, einsum of two, and the aliasing reshape and
  *              stop_gradient); mtf_graph_add_op refuses bfloat16 inputs to every other op.
  *   reads_bf16, bf16_output  where a plan stores float32 activations as bfloat16 (mtf_plan_options'
@@ -46,7 +47,7 @@ typedef struct mtf_ref_args {
   double *out;
   const double *given; /* inputs: the value supplied; variables: an override, or NULL for the initial value */
   /* NULL: the tensors are whole. On a slice (a backend whose kernels are these references on a step's local
-   * slices, tests/engine/ref_backend.c): the local shape whose indices number a random op's draws, with each of
+   * slices, tests/ref64/ref_backend.c): the local shape whose indices number a random op's draws, with each of
    * its dims' global offset and global size (mtf_random_extent: random_keep's output, attention's), so that a
    * slice draws what the whole tensor draws there. */
   const mtf_shape *random_shape;

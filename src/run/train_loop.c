@@ -38,12 +38,10 @@ static int save_checkpoint(mtf_run_state *st, mtf_loader *loader, int64_t step, 
   return MTF_OK;
 }
 
-static int schedule_of(const mtf_train_config *tc, mtf_schedule_config *schedule, mtf_error *err) {
+static void schedule_of(const mtf_train_config *tc, mtf_schedule_config *schedule) {
   *schedule = (mtf_schedule_config){.learning_rate = tc->learning_rate, .warmup_steps = tc->warmup_steps,
                                     .total_steps = tc->steps, .min_learning_rate = tc->min_learning_rate};
-  (void)err;
   schedule->kind = tc->schedule;
-  return MTF_OK;
 }
 
 /* A resumed run whose learning-rate schedule is not the checkpoint's (train.steps raised to train on, say):
@@ -56,8 +54,9 @@ static void warn_schedule_change(const char *path, const mtf_config *cfg, int64_
   mtf_schedule_config now, before;
   if (saved && mtf_ckpt_read_config(path, &text, &ignored) == MTF_OK) {
     mtf_config_defaults(saved);
-    if (mtf_config_load_text(saved, text, strlen(text), path, &ignored) == MTF_OK &&
-        schedule_of(&saved->train, &before, &ignored) == MTF_OK && schedule_of(&cfg->train, &now, &ignored) == MTF_OK) {
+    if (mtf_config_load_text(saved, text, strlen(text), path, &ignored) == MTF_OK) {
+      schedule_of(&saved->train, &before);
+      schedule_of(&cfg->train, &now);
       double rate_now = mtf_schedule_learning_rate(&now, step + 1), rate_before = mtf_schedule_learning_rate(&before, step + 1);
       int same = now.kind == before.kind && now.learning_rate == before.learning_rate &&
                  now.warmup_steps == before.warmup_steps && now.min_learning_rate == before.min_learning_rate &&
@@ -238,7 +237,7 @@ int mtf_train_run(const mtf_config *cfg, const mtf_train_options *options, mtf_e
     return mtf_error_set(err, MTF_ERR_INVALID, "%s: data.train is empty; set it to the training shards (prepare them "
                          "with 'mtf data prepare' or 'mtf data synth')", cfg->source);
   mtf_schedule_config schedule;
-  MTF_CHECK(schedule_of(tc, &schedule, err));
+  schedule_of(tc, &schedule);
   /* train.steps 0 (evaluate the initial model) computes no rate, so it needs no schedule that decays. */
   if (tc->steps > 0) MTF_CHECK(mtf_schedule_validate(&schedule, err));
   int rank = mtf_world_rank();

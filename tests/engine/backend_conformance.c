@@ -5,7 +5,10 @@
  * with each even dimension split over the mesh (so fused ops also run their split phases).
  *
  * Ops without a gradient (the fused optimizer updates) are checked forward only, and differentiating through
- * them must be an error.
+ * them must be an error. The step cases run plan steps the op cases do not reach (reshards by all-to-all and
+ * reduce-scatter, an SGD step's assigns through gradient buckets, its updated variables checked too) under their
+ * own layouts, and dropout masks are checked under a run's random offset and a microbatch. This file is the
+ * harness's runner for the kinds with a step executor (conformance_harness.h; pjrt_conformance.c is the other).
  *
  *   mpiexec -n 2 test_backend_conformance [--backend KIND] [--break OP] [--only TEXT] [--bf16 | --bf16-storage]
  *

@@ -564,7 +564,9 @@ static mtf_tensor c_train_step(ARGS) {
 }
 typedef struct step_case {
   op_case c;
-  const char *layouts[4]; /* NULL-terminated: on a mesh whose first axis is m (b: a second axis) */
+  /* NULL-terminated, for a mesh whose first axis is m and second b (pjrt's --mesh b:2,m:2); on a 1-D mesh the
+   * layout rules drop the rule naming b (core/layout.c), which then leaves that dim whole */
+  const char *layouts[4];
   int train;              /* an SGD step assigned to every variable but the first, with gradient buckets */
 } step_case;
 static const step_case step_cases[] = {

@@ -29,15 +29,19 @@ static inline double max_abs(const double *x, int64_t n) {
   return m;
 }
 
-/* The largest error of got against want relative to want's scale (at least 1), or *worst if larger; NaN counts
- * as the worst error. */
-static inline double conformance_error(const float *got, const double *want, int64_t n, double worst) {
-  double scale = fmax(1.0, max_abs(want, n));
+/* The largest error of got against want relative to `scale`, or worst if larger; NaN counts as the worst error. */
+static inline double conformance_error_scaled(const float *got, const double *want, int64_t n, double scale,
+                                              double worst) {
   for (int64_t i = 0; i < n; i++) {
     double e = fabs((double)got[i] - want[i]) / scale;
     if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
   }
   return worst;
+}
+
+/* The same relative to want's scale (its largest magnitude, at least 1): the error the bound is stated for. */
+static inline double conformance_error(const float *got, const double *want, int64_t n, double worst) {
+  return conformance_error_scaled(got, want, n, fmax(1.0, max_abs(want, n)), worst);
 }
 
 /* Integer labels/ids in range, a pure function of the element index, ids -1 and vocab (outside) included. */

@@ -189,16 +189,10 @@ static run_result run_layout(mtf_pjrt_runtime *rt, mtf_graph *g, const mtf_shape
       mtf_layout_slice_offset(&plans[d]->layouts[r->node], mesh, plans[d]->coord, offsets);
       move_slice(whole, &r->shape, offsets, assembled, slice, 0);
     }
-    const double *want = ref[expect];
-    double scale = fmax(1.0, max_abs(want, total));
-    for (int64_t i = 0; res.ok && i < total; i++) {
-      double e = fabs((double)assembled[i] - want[i]) / scale;
-      if (!(e <= res.worst)) res.worst = isnan(e) ? INFINITY : e;
-      if (base && base[expect]) { /* the same graph on one device */
-        double eb = fabs((double)assembled[i] - base[expect][i]) / scale;
-        if (!(eb <= res.worst_base)) res.worst_base = isnan(eb) ? INFINITY : eb;
-      }
-    }
+    if (res.ok) res.worst = conformance_error(assembled, ref[expect], total, res.worst);
+    if (res.ok && base && base[expect]) /* the same graph on one device, at the reference's scale */
+      res.worst_base = conformance_error_scaled(assembled, base[expect], total, fmax(1.0, max_abs(ref[expect], total)),
+                                                res.worst_base);
     if (save && !save[expect]) {
       save[expect] = malloc(sizeof(double) * (size_t)(total + 1));
       for (int64_t i = 0; save[expect] && i < total; i++) save[expect][i] = assembled[i];

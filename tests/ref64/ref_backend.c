@@ -4,7 +4,7 @@
  * double-precision reference on the step's local slices (ids shifted into the rank's part of a split dim,
  * random draws numbered by the slice's global extent); the phases of a fused op over a split dim
  * (lower/plan.h's MTF_PHASE_*, per-row statistics [k, rows] allreduced between them) are written here in
- * double. It has no plan fusions and no bfloat16 products (bfloat16 tensors are stored and converted, as
+ * double, but for cumsum's, which follow the engine's one definition of them (exec/scan.h, sums in double). It has no plan fusions and no bfloat16 products (bfloat16 tensors are stored and converted, as
  * casts need). The backend conformance test on it is the check that adding a backend takes its own folder,
  * its registration and its CMake lines: nothing else. */
 #include <math.h>

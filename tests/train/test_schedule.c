@@ -51,7 +51,7 @@ static void check_values(void) {
   CHECK(near(rate(MTF_SCHEDULE_LINEAR_DECAY, 10, 110, 111), 0.002));
 }
 
-static void check_parse_and_validate(void) {
+static void check_names_and_validate(void) {
   mtf_error err;
   /* the names messages give, the config's choices text (test_config checks the choices' enum values) */
   const char *names[] = {"constant", "linear_warmup", "rsqrt", "cosine", "linear_decay"};
@@ -96,6 +96,6 @@ static void check_parse_and_validate(void) {
 
 int main(void) {
   check_values();
-  check_parse_and_validate();
+  check_names_and_validate();
   return check_summary();
 }
