@@ -35,7 +35,6 @@
 #include <string.h>
 
 #include "comm/mpi_comm.h"
-#include "core/rng.h"
 #include "exec/backend.h"
 #include "../graph/ref_eval.h"
 
@@ -179,17 +178,12 @@ static void run_case(const op_case *c, int forward_only, const char *const *give
   conformance_graph_free(&cg);
 }
 
-/* Dropout masks with a run's random offset and a microbatch (mtf_session_set_random_offset, _set_microbatch),
- * which the cases leave at 0 and 1: a random_keep of [a, d] under microbatch `index` of 3 along a, against
- * mtf_uniform01 numbered as mtf_random_extent says, computed here (pjrt_conformance.c checks its programs so). */
+/* The harness's dropout check (conformance_random_graph) through mtf_session_set_random_offset and
+ * mtf_session_set_microbatch. */
 static void check_random_offset(const char *backend, mtf_comm *comm, const char *layout_text) {
   if (only_cases && !strstr("dropout mask with a random offset", only_cases)) return;
-  const uint64_t offset = 0x9abcdef012345678ULL, key = 7;
-  const int index = 2, count = 3;
-  const float keep = 0.5f;
   mtf_graph *g = mtf_graph_create(99);
-  mtf_shape s = S("a:4,d:6");
-  mtf_tensor y = mtf_random_keep(g, &s, keep, key);
+  mtf_tensor y = conformance_random_graph(g);
   mtf_layout_rules rules;
   mtf_error err = {0};
   mtf_layout_rules_parse(layout_text, &rules, &err);
@@ -200,19 +194,15 @@ static void check_random_offset(const char *backend, mtf_comm *comm, const char 
   int rc = mtf_plan_create(g, &comm->mesh, &rules, comm->rank, 1, &y, &plan, &err);
   if (rc == MTF_OK) rc = mtf_session_create(plan, comm, &options, &session, &err);
   if (rc == MTF_OK) {
-    mtf_session_set_random_offset(session, offset);
-    rc = mtf_session_set_microbatch(session, "a", index, count, &err);
+    mtf_session_set_random_offset(session, random_run_offset);
+    rc = mtf_session_set_microbatch(session, "a", RANDOM_INDEX, RANDOM_COUNT, &err);
   }
   if (rc == MTF_OK) rc = mtf_session_run(session, &err);
   if (rc == MTF_OK) rc = mtf_session_fetch(session, y, got, &err);
   int64_t parts = strstr(layout_text, "a:") ? comm->mesh.dims[0].size : 1, rows = 4 / parts, mismatches = 0;
   for (int64_t i = 0; rc == MTF_OK && i < 4; i++)
-    for (int64_t j = 0; j < 6; j++) {
-      /* row i is local row i % rows of the rank holding [i / rows * rows, ...): the whole batch's row of it */
-      int64_t row = (i / rows) * rows * count + index * rows + i % rows;
-      float want = mtf_uniform01(g->seed, mtf_run_key(key, offset), (uint64_t)(row * 6 + j)) < (double)keep;
-      mismatches += got[i * 6 + j] != want;
-    }
+    for (int64_t j = 0; j < 6; j++) /* row i: local row i % rows of the slice starting at i / rows * rows */
+      mismatches += got[i * 6 + j] != conformance_random_want(g, i / rows * rows, rows, i % rows, j);
   if (rc != MTF_OK && world_rank == 0) fprintf(stderr, "random offset (%s): %s\n", backend, err.msg);
   if (world_rank == 0)
     printf("%s %-8s %-38s layout '%s', %lld of 24 mask elements differ\n", rc == MTF_OK && !mismatches ? "ok  " : "FAIL",

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "../check.h"
+#include "core/rng.h"
 #include "ops/reference.h"
 
 #include "conformance_cases.h"
@@ -153,6 +154,25 @@ static inline int conformance_layouts(const conformance_graph *cg, const mtf_sha
       snprintf(layouts[n_layouts++], sizeof layouts[0], "%.31s:%.31s;%.31s:%.31s", dims[i], axis, dims[j], axis);
   }
   return n_layouts;
+}
+
+/* The dropout check under a run's random offset and a microbatch, which the cases leave at 0 and 1: a
+ * random_keep of [a:4, d:6] run as microbatch RANDOM_INDEX of RANDOM_COUNT along a, against mtf_uniform01
+ * numbered as mtf_random_extent says (each runner runs it its own way). */
+enum { RANDOM_INDEX = 2, RANDOM_COUNT = 3 };
+static const uint64_t random_run_offset = 0x9abcdef012345678ULL, random_key = 7;
+static const float random_keep = 0.5f;
+
+static inline mtf_tensor conformance_random_graph(mtf_graph *g) {
+  mtf_shape s = S("a:4,d:6");
+  return mtf_random_keep(g, &s, random_keep, random_key);
+}
+
+/* Element (i, d) of a slice of `rows` rows of a that starts at row a_offset: the whole batch's row of it. */
+static inline float conformance_random_want(const mtf_graph *g, int64_t a_offset, int64_t rows, int64_t i, int64_t d) {
+  int64_t row = a_offset * RANDOM_COUNT + RANDOM_INDEX * rows + i;
+  return mtf_uniform01(g->seed, mtf_run_key(random_key, random_run_offset), (uint64_t)(row * 6 + d)) <
+         (double)random_keep;
 }
 
 #endif

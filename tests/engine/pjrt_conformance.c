@@ -269,16 +269,13 @@ static void run_case(mtf_pjrt_runtime *rt, const op_case *c, int forward_only, c
   conformance_graph_free(&cg);
 }
 
-/* Dropout masks with a run's random offset and a microbatch (the RANDOM_OFFSET and MICROBATCH parameters),
- * which the reference cases leave at 0: a random_keep of [a, d] under microbatch `index` of 3 along a,
- * against mtf_uniform01 of the CPU kernel's numbering (mtf_random_extent) computed here. */
+/* The harness's dropout check (conformance_random_graph) through the module's RANDOM_OFFSET and MICROBATCH
+ * parameters. */
 static void check_random_offset(mtf_pjrt_runtime *rt, const mtf_shape *mesh, const char *layout_text) {
-  const uint64_t offset = 0x9abcdef012345678ULL, key = 7;
-  const int index = 2, count = 3;
-  const float keep = 0.5f;
+  const uint64_t offset = random_run_offset;
+  const int index = RANDOM_INDEX, count = RANDOM_COUNT;
   mtf_graph *g = mtf_graph_create(99);
-  mtf_shape s = S("a:4,d:6");
-  mtf_tensor y = mtf_random_keep(g, &s, keep, key);
+  mtf_tensor y = conformance_random_graph(g);
   mtf_layout_rules rules;
   mtf_error err = {0};
   mtf_layout_rules_parse(layout_text, &rules, &err);
@@ -310,12 +307,8 @@ static void check_random_offset(mtf_pjrt_runtime *rt, const mtf_shape *mesh, con
     mtf_layout_slice_offset(&plans[d]->layouts[y], mesh, plans[d]->coord, offsets);
     int64_t rows = r->shape.dims[0].size, cols = r->shape.dims[1].size;
     for (int64_t i = 0; rc == MTF_OK && i < rows; i++)
-      for (int64_t j = 0; j < cols; j++) {
-        int64_t row = offsets[0] * count + index * rows + i; /* the whole batch's row: mtf_random_extent */
-        uint64_t global = (uint64_t)(row * 6 + offsets[1] + j);
-        float want = mtf_uniform01(g->seed, mtf_run_key(key, offset), global) < (double)keep ? 1.0f : 0.0f;
-        mismatches += got[i * cols + j] != want;
-      }
+      for (int64_t j = 0; j < cols; j++)
+        mismatches += got[i * cols + j] != conformance_random_want(g, offsets[0], rows, i, offsets[1] + j);
     ok = rc == MTF_OK;
   }
   if (rc != MTF_OK) fprintf(stderr, "random offset: %s\n", err.msg);
