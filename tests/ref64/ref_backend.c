@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/tensor_pack.h"
 #include "core/bf16.h"
 #include "core/rng.h"
 #include "exec/backend.h"
@@ -56,34 +57,17 @@ static int mem_slice(mtf_backend *b, const mtf_shape *in_shape, const void *in, 
   return MTF_OK;
 }
 
-/* The blocks' layout against the whole tensor's: `outer` runs of `chunk` bytes per block, block after block in
- * the whole tensor's rows. to_whole: blocks -> whole (concat), else whole -> blocks (split). */
-static void move_blocks(const void *from, void *to, size_t elem_size, int rank, const int64_t *dims, int axis,
-                        int parts, int to_whole) {
-  int64_t outer = 1, chunk = (int64_t)elem_size;
-  for (int d = 0; d < rank; d++) {
-    if (d < axis) outer *= dims[d];
-    else chunk *= dims[d];
-  }
-  for (int p = 0; p < parts; p++)
-    for (int64_t o = 0; o < outer; o++) {
-      size_t block = (size_t)((p * outer + o) * chunk), whole = (size_t)((o * parts + p) * chunk);
-      if (to_whole) memcpy((char *)to + whole, (const char *)from + block, (size_t)chunk);
-      else memcpy((char *)to + block, (const char *)from + whole, (size_t)chunk);
-    }
-}
+/* Gathered blocks to and from one tensor: the host packing every collective uses (comm/tensor_pack.h). */
 static int mem_concat(mtf_backend *b, const void *blocks, void *out, size_t elem_size, int rank, const int64_t *dims,
                       int axis, int parts) {
   (void)b;
-  move_blocks(blocks, out, elem_size, rank, dims, axis, parts, 1);
+  mtf_pack_concat(blocks, out, elem_size, rank, dims, axis, parts);
   return MTF_OK;
 }
 static int mem_split(mtf_backend *b, const void *in, void *blocks, size_t elem_size, int rank, const int64_t *dims,
                      int axis, int parts) {
   (void)b;
-  int64_t block_dims[MTF_MAX_RANK];
-  for (int d = 0; d < rank; d++) block_dims[d] = d == axis ? dims[d] / parts : dims[d];
-  move_blocks(in, blocks, elem_size, rank, block_dims, axis, parts, 0);
+  mtf_pack_split(in, blocks, elem_size, rank, dims, axis, parts);
   return MTF_OK;
 }
 
@@ -161,7 +145,7 @@ static int k_reference(mtf_backend *b, const mtf_step *st, const mtf_kernel_args
     node.params.attention.key = mtf_run_key(st->params.attention.key, a->random_offset);
   node.n_inputs = st->n_in;
   node.bf16_policy = st->bf16_policy;
-  ref_inputs in;
+  ref_inputs in = {{0}, 0};
   int64_t n = mtf_shape_num_elements(&st->out_shape), offsets[MTF_MAX_RANK], dims[MTF_MAX_RANK];
   double *out = malloc(sizeof(double) * (size_t)(n + 1));
   int rc = out ? inputs_load(st, a, ids_input(st->op), &in) : MTF_ERR_NOMEM;
